@@ -1,0 +1,57 @@
+# One entry point for every task. Each target installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BUF_VERSION := 1.75.0
+BUF    := .tools/node_modules/.bin/buf
+PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
+GEN_PY := clients/python
+
+.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+$(BUF):
+	mkdir -p .tools
+	cd .tools && npm install --silent --no-audit --no-fund --prefix . @bufbuild/buf@$(BUF_VERSION)
+
+## demo: start the example tool servers and run the agent demo end to end.
+demo: install
+	$(PY) -m sidecar.cli demo
+
+## proto: regenerate the Python code from protos/.
+proto: install
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(GEN_PY) --pyi_out=$(GEN_PY) \
+		--grpc_python_out=$(GEN_PY) $(PROTOS)
+
+## proto-check: fail when the committed generated code differs from protos/.
+proto-check: install
+	rm -rf .gen-check && mkdir -p .gen-check
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=.gen-check --pyi_out=.gen-check \
+		--grpc_python_out=.gen-check $(PROTOS)
+	diff -r -x __init__.py -x __pycache__ -x py.typed .gen-check/agentsidecar/v1 $(GEN_PY)/agentsidecar/v1 \
+		|| (echo "generated code is stale: run 'make proto' and commit" && exit 1)
+	rm -rf .gen-check
+
+buf-lint: $(BUF)
+	cd protos && ../$(BUF) lint
+
+lint: install buf-lint
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+pytest: install $(BUF)
+	$(PY) -m pytest -q
+
+## test: every check: generated code, lint, types, the test suite.
+test: proto-check lint pytest
+
+clean:
+	rm -rf $(VENV) .tools .gen-check .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Python bindings for the agent sidecar: generated stubs under ``agentsidecar.v1``."""

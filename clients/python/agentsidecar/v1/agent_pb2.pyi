@@ -1,0 +1,451 @@
+import datetime
+
+from agentsidecar.v1 import tool_pb2 as _tool_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_MODE_UNSPECIFIED: _ClassVar[OutputMode]
+    OUTPUT_MODE_STREAMED: _ClassVar[OutputMode]
+    OUTPUT_MODE_STRUCTURED: _ClassVar[OutputMode]
+
+class ToolCallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CALL_STATUS_UNSPECIFIED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_OK: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_ERROR: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_TIMED_OUT: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_UNAVAILABLE: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_DENIED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_UNKNOWN_TOOL: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_CACHED: _ClassVar[ToolCallStatus]
+
+class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STOP_REASON_UNSPECIFIED: _ClassVar[StopReason]
+    STOP_REASON_ANSWERED: _ClassVar[StopReason]
+    STOP_REASON_MAX_STEPS: _ClassVar[StopReason]
+    STOP_REASON_MAX_TOOL_CALLS: _ClassVar[StopReason]
+    STOP_REASON_BUDGET_EXHAUSTED: _ClassVar[StopReason]
+    STOP_REASON_MODEL_ERROR: _ClassVar[StopReason]
+    STOP_REASON_CANCELLED: _ClassVar[StopReason]
+    STOP_REASON_INTERRUPTED: _ClassVar[StopReason]
+    STOP_REASON_INVALID_ANSWER: _ClassVar[StopReason]
+
+class StageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STAGE_KIND_UNSPECIFIED: _ClassVar[StageKind]
+    STAGE_KIND_QUEUE: _ClassVar[StageKind]
+    STAGE_KIND_CONTEXT_BUILD: _ClassVar[StageKind]
+    STAGE_KIND_MODEL_CALL: _ClassVar[StageKind]
+    STAGE_KIND_TOOL_CALL: _ClassVar[StageKind]
+    STAGE_KIND_PERSISTENCE: _ClassVar[StageKind]
+    STAGE_KIND_OVERHEAD: _ClassVar[StageKind]
+
+class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_APPROVE: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_DENY: _ClassVar[ApprovalDecision]
+
+class ToolAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_AVAILABILITY_UNSPECIFIED: _ClassVar[ToolAvailability]
+    TOOL_AVAILABILITY_AVAILABLE: _ClassVar[ToolAvailability]
+    TOOL_AVAILABILITY_SERVER_UNAVAILABLE: _ClassVar[ToolAvailability]
+    TOOL_AVAILABILITY_BREAKER_OPEN: _ClassVar[ToolAvailability]
+OUTPUT_MODE_UNSPECIFIED: OutputMode
+OUTPUT_MODE_STREAMED: OutputMode
+OUTPUT_MODE_STRUCTURED: OutputMode
+TOOL_CALL_STATUS_UNSPECIFIED: ToolCallStatus
+TOOL_CALL_STATUS_OK: ToolCallStatus
+TOOL_CALL_STATUS_ERROR: ToolCallStatus
+TOOL_CALL_STATUS_TIMED_OUT: ToolCallStatus
+TOOL_CALL_STATUS_UNAVAILABLE: ToolCallStatus
+TOOL_CALL_STATUS_DENIED: ToolCallStatus
+TOOL_CALL_STATUS_UNKNOWN_TOOL: ToolCallStatus
+TOOL_CALL_STATUS_CACHED: ToolCallStatus
+STOP_REASON_UNSPECIFIED: StopReason
+STOP_REASON_ANSWERED: StopReason
+STOP_REASON_MAX_STEPS: StopReason
+STOP_REASON_MAX_TOOL_CALLS: StopReason
+STOP_REASON_BUDGET_EXHAUSTED: StopReason
+STOP_REASON_MODEL_ERROR: StopReason
+STOP_REASON_CANCELLED: StopReason
+STOP_REASON_INTERRUPTED: StopReason
+STOP_REASON_INVALID_ANSWER: StopReason
+STAGE_KIND_UNSPECIFIED: StageKind
+STAGE_KIND_QUEUE: StageKind
+STAGE_KIND_CONTEXT_BUILD: StageKind
+STAGE_KIND_MODEL_CALL: StageKind
+STAGE_KIND_TOOL_CALL: StageKind
+STAGE_KIND_PERSISTENCE: StageKind
+STAGE_KIND_OVERHEAD: StageKind
+APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
+APPROVAL_DECISION_APPROVE: ApprovalDecision
+APPROVAL_DECISION_DENY: ApprovalDecision
+TOOL_AVAILABILITY_UNSPECIFIED: ToolAvailability
+TOOL_AVAILABILITY_AVAILABLE: ToolAvailability
+TOOL_AVAILABILITY_SERVER_UNAVAILABLE: ToolAvailability
+TOOL_AVAILABILITY_BREAKER_OPEN: ToolAvailability
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("profile", "session_id", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    profile: str
+    session_id: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, profile: _Optional[str] = ..., session_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("session_id", "profile", "labels", "create_time", "update_time", "turns")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    profile: str
+    labels: _containers.ScalarMap[str, str]
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    turns: _containers.RepeatedCompositeFieldContainer[Turn]
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ...) -> None: ...
+
+class Turn(_message.Message):
+    __slots__ = ("run_id", "input", "answer", "stop_reason", "start_time", "end_time", "usage")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    input: str
+    answer: str
+    stop_reason: StopReason
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    usage: TokenUsage
+    def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+
+class StreamRunRequest(_message.Message):
+    __slots__ = ("session_id", "input", "output_mode")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    input: str
+    output_mode: OutputMode
+    def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
+
+class StreamRunResponse(_message.Message):
+    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    STEP_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    sequence: int
+    run_started: RunStarted
+    text_delta: TextDelta
+    tool_call_started: ToolCallStarted
+    tool_call_finished: ToolCallFinished
+    approval_required: ApprovalRequired
+    step_finished: StepFinished
+    run_finished: RunResult
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
+
+class RunStarted(_message.Message):
+    __slots__ = ("session_id", "profile", "model")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    profile: str
+    model: str
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ("step", "text")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    text: str
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class ToolCallStarted(_message.Message):
+    __slots__ = ("step", "call_id", "tool_name", "arguments")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: str
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class ToolCallFinished(_message.Message):
+    __slots__ = ("step", "call_id", "tool_name", "status", "content", "duration", "attempts")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool_name: str
+    status: ToolCallStatus
+    content: str
+    duration: _duration_pb2.Duration
+    attempts: int
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., content: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class ApprovalRequired(_message.Message):
+    __slots__ = ("step", "call_id", "tool_name", "arguments", "destructive")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DESTRUCTIVE_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: str
+    destructive: bool
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[str] = ..., destructive: _Optional[bool] = ...) -> None: ...
+
+class StepFinished(_message.Message):
+    __slots__ = ("step", "timeline")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    timeline: Timeline
+    def __init__(self, step: _Optional[int] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ...) -> None: ...
+
+class RunRequest(_message.Message):
+    __slots__ = ("session_id", "input", "output_mode")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    input: str
+    output_mode: OutputMode
+    def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("run_id", "result")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    result: RunResult
+    def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
+
+class RunResult(_message.Message):
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    answer: str
+    stop_reason: StopReason
+    error: RunError
+    usage: TokenUsage
+    cost: Cost
+    timeline: Timeline
+    steps: int
+    tool_calls: int
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ...) -> None: ...
+
+class RunError(_message.Message):
+    __slots__ = ("code", "message", "retryable")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    retryable: bool
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class TokenUsage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class Cost(_message.Message):
+    __slots__ = ("prompt_usd", "completion_usd", "total_usd")
+    PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_USD_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_USD_FIELD_NUMBER: _ClassVar[int]
+    prompt_usd: float
+    completion_usd: float
+    total_usd: float
+    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ...) -> None: ...
+
+class Timeline(_message.Message):
+    __slots__ = ("stages", "total")
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    stages: _containers.RepeatedCompositeFieldContainer[Stage]
+    total: _duration_pb2.Duration
+    def __init__(self, stages: _Optional[_Iterable[_Union[Stage, _Mapping]]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Stage(_message.Message):
+    __slots__ = ("kind", "name", "step", "start_offset", "duration", "model_call", "tool_call")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    kind: StageKind
+    name: str
+    step: int
+    start_offset: _duration_pb2.Duration
+    duration: _duration_pb2.Duration
+    model_call: ModelCallTiming
+    tool_call: ToolCallTiming
+    def __init__(self, kind: _Optional[_Union[StageKind, str]] = ..., name: _Optional[str] = ..., step: _Optional[int] = ..., start_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., model_call: _Optional[_Union[ModelCallTiming, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallTiming, _Mapping]] = ...) -> None: ...
+
+class ModelCallTiming(_message.Message):
+    __slots__ = ("time_to_first_token", "provider_queue_time", "provider_prompt_time", "provider_completion_time", "usage", "attempts")
+    TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_QUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_PROMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_COMPLETION_TIME_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    time_to_first_token: _duration_pb2.Duration
+    provider_queue_time: _duration_pb2.Duration
+    provider_prompt_time: _duration_pb2.Duration
+    provider_completion_time: _duration_pb2.Duration
+    usage: TokenUsage
+    attempts: int
+    def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class ToolCallTiming(_message.Message):
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_DURATION_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    status: ToolCallStatus
+    handler_duration: _duration_pb2.Duration
+    attempts: int
+    wait_duration: _duration_pb2.Duration
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ApproveToolCallRequest(_message.Message):
+    __slots__ = ("session_id", "call_id", "decision", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    call_id: str
+    decision: ApprovalDecision
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., call_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApproveToolCallResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSessionToolsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionToolsResponse(_message.Message):
+    __slots__ = ("tools",)
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[SessionTool]
+    def __init__(self, tools: _Optional[_Iterable[_Union[SessionTool, _Mapping]]] = ...) -> None: ...
+
+class SessionTool(_message.Message):
+    __slots__ = ("descriptor", "server", "availability")
+    DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    descriptor: _tool_pb2.ToolDescriptor
+    server: str
+    availability: ToolAvailability
+    def __init__(self, descriptor: _Optional[_Union[_tool_pb2.ToolDescriptor, _Mapping]] = ..., server: _Optional[str] = ..., availability: _Optional[_Union[ToolAvailability, str]] = ...) -> None: ...
