@@ -1,0 +1,159 @@
+"""A small typed async client for the agent sidecar, over the generated gRPC stub.
+
+Example::
+
+    async with AgentClient("127.0.0.1:50051") as client:
+        session = await client.create_session("default")
+        async for event in client.stream(session.session_id, "Where is my order 42?"):
+            if event.HasField("text_delta"):
+                print(event.text_delta.text, end="")
+        result = await client.run(session.session_id, "And the parcel?")
+        print(result.result.answer)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+
+__all__ = ["AgentClient"]
+
+
+class AgentClient:
+    """An async connection to one sidecar. Use it as ``async with``."""
+
+    def __init__(self, target: str, *, channel: grpc.aio.Channel | None = None) -> None:
+        """Connect to ``target`` (``host:port``), or use an existing ``channel``."""
+        self._channel = channel or grpc.aio.insecure_channel(target)
+        self._owns_channel = channel is None
+        self.stub = agent_pb2_grpc.AgentServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the sidecar's health says SERVING.
+
+        Raises:
+            TimeoutError: it did not become ready within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    reply = await self._health.Check(
+                        health_pb2.HealthCheckRequest(service=""), timeout=timeout
+                    )
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                await asyncio.sleep(0.05)
+
+    async def create_session(
+        self,
+        profile: str = "default",
+        *,
+        session_id: str = "",
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = 10.0,
+    ) -> agent_pb2.Session:
+        request = agent_pb2.CreateSessionRequest(
+            profile=profile, session_id=session_id, labels=dict(labels or {})
+        )
+        response: agent_pb2.CreateSessionResponse = await self.stub.CreateSession(
+            request, timeout=timeout
+        )
+        return response.session
+
+    async def get_session(
+        self, session_id: str, *, timeout: float | None = 10.0
+    ) -> agent_pb2.Session:
+        response: agent_pb2.GetSessionResponse = await self.stub.GetSession(
+            agent_pb2.GetSessionRequest(session_id=session_id), timeout=timeout
+        )
+        return response.session
+
+    async def delete_session(self, session_id: str, *, timeout: float | None = 10.0) -> bool:
+        response: agent_pb2.DeleteSessionResponse = await self.stub.DeleteSession(
+            agent_pb2.DeleteSessionRequest(session_id=session_id), timeout=timeout
+        )
+        return response.deleted
+
+    async def stream(
+        self,
+        session_id: str,
+        user_input: str,
+        *,
+        structured: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
+        """Run a turn and yield its events; the last one carries ``run_finished``.
+
+        Leaving the loop early cancels the run and its tool calls.
+        """
+        mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
+        call = self.stub.StreamRun(
+            agent_pb2.StreamRunRequest(session_id=session_id, input=user_input, output_mode=mode),
+            timeout=timeout,
+        )
+        try:
+            async for event in call:
+                yield event
+        finally:
+            call.cancel()
+
+    async def run(
+        self, session_id: str, user_input: str, *, timeout: float | None = None
+    ) -> agent_pb2.RunResponse:
+        """Run a turn and return only its result."""
+        request = agent_pb2.RunRequest(session_id=session_id, input=user_input)
+        response: agent_pb2.RunResponse = await self.stub.Run(request, timeout=timeout)
+        return response
+
+    async def approve(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        reason: str = "",
+        timeout: float | None = 10.0,
+    ) -> None:
+        """Approve or deny a tool call announced by an ``approval_required`` event."""
+        decision = (
+            agent_pb2.APPROVAL_DECISION_APPROVE if approved else agent_pb2.APPROVAL_DECISION_DENY
+        )
+        await self.stub.ApproveToolCall(
+            agent_pb2.ApproveToolCallRequest(
+                session_id=session_id, call_id=call_id, decision=decision, reason=reason
+            ),
+            timeout=timeout,
+        )
+
+    async def list_tools(
+        self, session_id: str, *, timeout: float | None = 10.0
+    ) -> list[agent_pb2.SessionTool]:
+        response = await self.stub.ListSessionTools(
+            agent_pb2.ListSessionToolsRequest(session_id=session_id), timeout=timeout
+        )
+        return list(response.tools)

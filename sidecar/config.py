@@ -1,0 +1,194 @@
+"""The sidecar's declarative configuration: one YAML file, secrets from the environment.
+
+Config decides *what* (which model, which tools, which limits); the hot path decides
+*how fast*. Everything here is validated once, at start, by :func:`load_config`; an
+invalid file fails with a message naming the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+GROQ_BASE_URL = "https://api.groq.com/openai/v1"
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unreadable or invalid."""
+
+
+class _Strict(BaseModel):
+    # Unknown keys are typos more often than not: reject them.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryPolicy(_Strict):
+    """How a failed call is retried. Defaults suit a loopback tool server."""
+
+    max_attempts: int = Field(3, ge=1, le=20)
+    """Attempts in all, the first included. 1 disables retries."""
+    initial_backoff: float = Field(0.05, ge=0)
+    """Seconds before the first retry; each retry waits ``multiplier`` times longer."""
+    max_backoff: float = Field(2.0, ge=0)
+    """Upper bound of one wait, in seconds."""
+    multiplier: float = Field(2.0, ge=1)
+    """Growth factor of the wait between attempts."""
+
+
+class BreakerConfig(_Strict):
+    """The circuit breaker in front of one tool server."""
+
+    failure_threshold: int = Field(5, ge=1)
+    """Consecutive failed calls that open the breaker."""
+    reset_timeout: float = Field(30.0, gt=0)
+    """Seconds the breaker stays open before it lets one trial call through."""
+
+
+class ToolServerConfig(_Strict):
+    """One tool server the sidecar discovers tools from and dispatches calls to."""
+
+    name: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
+    """A short name, used in logs, metrics and to namespace colliding tool names."""
+    address: str = Field(min_length=1)
+    """``host:port`` of the server's gRPC endpoint."""
+    timeout: float = Field(10.0, gt=0)
+    """Seconds one call may take unless the tool declares a shorter default."""
+    retry: RetryPolicy = RetryPolicy()
+    """Retries for idempotent tools on UNAVAILABLE / RESOURCE_EXHAUSTED; others never retry."""
+    breaker: BreakerConfig = BreakerConfig()
+    """The server's circuit breaker."""
+    discovery_timeout: float = Field(5.0, gt=0)
+    """Seconds to wait for the server's tool list at start before starting without it."""
+
+
+class ModelRetryPolicy(_Strict):
+    """Retries of model requests (429, 498, 5xx, connection errors)."""
+
+    max_attempts: int = Field(4, ge=1, le=20)
+    """Attempts in all, the first included."""
+    initial_backoff: float = Field(0.25, ge=0)
+    """Seconds before the first retry, doubled each time, with full jitter."""
+    max_backoff: float = Field(8.0, ge=0)
+    """Upper bound of one wait, in seconds; a longer ``retry-after`` ends the retries."""
+
+
+class ModelConfig(_Strict):
+    """The OpenAI-compatible chat-completions endpoint the loop thinks with."""
+
+    base_url: str | None = None
+    """Endpoint base URL. Unset: Groq when the API key is set, otherwise the built-in
+    LLM simulator, started embedded."""
+    api_key_env: str = "GROQ_API_KEY"
+    """Environment variable holding the API key (never put the key in this file)."""
+    model: str = "llama-3.3-70b-versatile"
+    """The model name sent with each request."""
+    temperature: float | None = Field(None, ge=0, le=2)
+    """Sampling temperature; unset leaves the provider's default."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Cap on generated tokens per model call; unset leaves the provider's default."""
+    parallel_tool_calls: bool = True
+    """Let the model ask for several tool calls in one step."""
+    timeout: float = Field(60.0, gt=0)
+    """Seconds one model request may take, further capped by the run's remaining time."""
+    retry: ModelRetryPolicy = ModelRetryPolicy()
+    """Retries of failed model requests."""
+
+
+class ProfileConfig(_Strict):
+    """An agent profile: what the agent is told, which tools it may use, its limits."""
+
+    system_prompt: str = "You are a helpful assistant. Use the tools when they help."
+    """The system prompt, sent first and byte-identical on every call."""
+    tools: list[str] | None = None
+    """Tool names the profile may use (as the model sees them); unset allows every tool."""
+    max_steps: int = Field(8, ge=1, le=256)
+    """Model calls per run before it stops with STOP_REASON_MAX_STEPS."""
+    max_tool_calls: int = Field(32, ge=0, le=4096)
+    """Tool calls per run before it stops with STOP_REASON_MAX_TOOL_CALLS."""
+    answer_schema: dict[str, Any] | None = None
+    """JSON Schema the final answer must match in structured mode; unset: free text."""
+    approval_timeout: float = Field(300.0, gt=0)
+    """Seconds a call waits for ApproveToolCall before it counts as denied."""
+
+
+class ServerConfig(_Strict):
+    """The sidecar's own gRPC endpoint."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; ``0.0.0.0`` to accept connections from other hosts."""
+    port: int = Field(50051, ge=0, le=65535)
+    """Port to bind; 0 picks a free one (the chosen port is printed at start)."""
+    grace_period: float = Field(10.0, ge=0)
+    """Seconds in-flight runs get to finish after SIGTERM."""
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest gRPC message accepted or sent."""
+
+
+class SidecarConfig(_Strict):
+    """The whole configuration file."""
+
+    server: ServerConfig = ServerConfig()
+    model: ModelConfig = ModelConfig()
+    profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: {"default": ProfileConfig()})
+    tool_servers: list[ToolServerConfig] = Field(default_factory=list)
+
+    @field_validator("tool_servers")
+    @classmethod
+    def _unique_server_names(cls, servers: list[ToolServerConfig]) -> list[ToolServerConfig]:
+        names = [s.name for s in servers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"tool server names must be unique; repeated: {duplicates}")
+        return servers
+
+    @field_validator("profiles")
+    @classmethod
+    def _some_profile(cls, profiles: dict[str, ProfileConfig]) -> dict[str, ProfileConfig]:
+        if not profiles:
+            raise ValueError("at least one agent profile is required")
+        return profiles
+
+
+def parse_config(data: Mapping[str, Any] | None, *, source: str = "config") -> SidecarConfig:
+    """Validate a parsed configuration document.
+
+    Raises:
+        ConfigError: a key is unknown or a value is invalid; the message names the key.
+    """
+    try:
+        return SidecarConfig.model_validate(data or {})
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"]) or "(root)"
+            problems.append(f"  {key}: {error['msg']}")
+        raise ConfigError(f"{source} is invalid:\n" + "\n".join(problems)) from None
+
+
+def load_config(path: str | Path) -> SidecarConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or is invalid.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return parse_config(data, source=str(path))
+
+
+def resolve_api_key(model: ModelConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The model API key from the environment, or None when it is unset or empty."""
+    return environ.get(model.api_key_env) or None

@@ -1,0 +1,375 @@
+"""The decision loop: perceive (build the model input), think (call the model), act (run
+the tools it asked for), until an answer, a limit, or the run's time runs out.
+
+Each stop condition has its own :class:`~sidecar.run.StopReason`. The loop never raises
+for a model or tool failure: the run ends with an outcome that says what happened. Only
+cancellation propagates, after cancelling every tool call in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fastjsonschema
+import orjson
+
+from sidecar.config import ProfileConfig
+from sidecar.llm.model import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ToolUseFailed,
+    Usage,
+)
+from sidecar.run import (
+    Clock,
+    EventSink,
+    ModelCallDetail,
+    RunError,
+    RunOutcome,
+    Stage,
+    StageKind,
+    StopReason,
+    ToolAvailability,
+    ToolCallDetail,
+    ToolCallStatus,
+    ToolOutcome,
+)
+from sidecar.tools.catalog import CatalogTool, ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.dispatch import Approver, Dispatcher
+
+_REPAIR_PROMPT = (
+    "Your last tool call could not be parsed: {error}\nYour output was: {generation}\n"
+    "Call the tool again with arguments that are one valid JSON object matching its schema."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """An agent profile, with what every run of it reuses built once."""
+
+    name: str
+    config: ProfileConfig
+    system_message: dict[str, Any]
+    allowed: frozenset[str] | None
+    validate_answer: Callable[[Any], Any] | None
+
+    @classmethod
+    def build(cls, name: str, config: ProfileConfig) -> Profile:
+        return cls(
+            name=name,
+            config=config,
+            system_message={"role": "system", "content": config.system_prompt},
+            allowed=frozenset(config.tools) if config.tools is not None else None,
+            validate_answer=fastjsonschema.compile(config.answer_schema)
+            if config.answer_schema is not None
+            else None,
+        )
+
+
+@dataclass(slots=True)
+class RunResultWithMessages:
+    """A run's outcome and the messages it adds to the session's conversation."""
+
+    outcome: RunOutcome
+    messages: list[dict[str, Any]]
+
+
+class AgentLoop:
+    """Runs user turns for every profile, against one model and one set of tool servers."""
+
+    def __init__(
+        self,
+        model: Model,
+        catalog: ToolCatalog,
+        connections: Mapping[str, ToolServerConnection],
+        profiles: Mapping[str, ProfileConfig],
+    ) -> None:
+        self.model = model
+        self._catalog = catalog
+        self._connections = connections
+        self._dispatcher = Dispatcher(catalog, connections)
+        self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
+
+    def unavailable_servers(self) -> frozenset[str]:
+        return frozenset(n for n, c in self._connections.items() if not c.available)
+
+    def tool_definitions(self, profile: Profile) -> list[dict[str, Any]]:
+        return self._catalog.definitions(profile.name, profile.allowed, self.unavailable_servers())
+
+    def session_tools(self, profile: Profile) -> list[tuple[CatalogTool, ToolAvailability]]:
+        """The tools a profile allows, each with whether it can be called now."""
+        entries = []
+        for tool in self._catalog.tools():
+            if profile.allowed is not None and tool.name not in profile.allowed:
+                continue
+            connection = self._connections[tool.server]
+            if not connection.serving:
+                availability = ToolAvailability.SERVER_UNAVAILABLE
+            elif not connection.breaker.allows_calls():
+                availability = ToolAvailability.BREAKER_OPEN
+            else:
+                availability = ToolAvailability.AVAILABLE
+            entries.append((tool, availability))
+        return entries
+
+    async def run(
+        self,
+        profile: Profile,
+        history: Sequence[dict[str, Any]],
+        user_input: str,
+        *,
+        deadline: float,
+        structured: bool,
+        sink: EventSink | None = None,
+        approver: Approver | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        clock: Clock | None = None,
+    ) -> RunResultWithMessages:
+        """Run one user turn.
+
+        Args:
+            profile: the session's profile.
+            history: the conversation so far (model messages, no system prompt).
+            user_input: the user's new message.
+            deadline: ``time.monotonic()`` value when the run's time is up.
+            structured: True for OUTPUT_MODE_STRUCTURED (no text deltas; answer schema).
+            sink: receives events as they happen; None when nobody listens.
+            approver: decides calls that need approval.
+            metadata: gRPC metadata for tool calls (trace context).
+            clock: the run's clock, when the caller started it earlier.
+        """
+        clock = clock or Clock()
+        run = _Run(self, profile, clock, deadline, structured, sink, approver, metadata)
+        return await run.execute(history, user_input)
+
+
+class _Run:
+    """The state of one run; lives for one call of :meth:`AgentLoop.run`."""
+
+    def __init__(
+        self,
+        loop: AgentLoop,
+        profile: Profile,
+        clock: Clock,
+        deadline: float,
+        structured: bool,
+        sink: EventSink | None,
+        approver: Approver | None,
+        metadata: Sequence[tuple[str, str]],
+    ) -> None:
+        self.loop = loop
+        self.profile = profile
+        self.clock = clock
+        self.deadline = deadline
+        self.structured = structured
+        self.sink = sink
+        self.approver = approver
+        self.metadata = metadata
+        self.stages: list[Stage] = []
+        self.usage = Usage()
+        self.tool_calls = 0
+        self.steps = 0
+        self.accounted = 0.0  # seconds covered by model and tool stages
+
+    def finish(
+        self,
+        answer: str,
+        reason: StopReason,
+        new_messages: list[dict[str, Any]],
+        error: RunError | None = None,
+    ) -> RunResultWithMessages:
+        total = self.clock.now()
+        overhead = max(0.0, total - self.accounted)
+        self.stages.append(Stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, overhead))
+        outcome = RunOutcome(
+            answer=answer,
+            stop_reason=reason,
+            usage=self.usage,
+            stages=self.stages,
+            total=total,
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+            error=error,
+        )
+        return RunResultWithMessages(outcome, new_messages)
+
+    async def execute(
+        self, history: Sequence[dict[str, Any]], user_input: str
+    ) -> RunResultWithMessages:
+        config = self.profile.config
+        new: list[dict[str, Any]] = [{"role": "user", "content": user_input}]
+        schema = config.answer_schema if self.structured else None
+        stream = not self.structured and self.sink is not None
+        while True:
+            self.steps += 1
+            step = self.steps
+            built = self.clock.now()
+            messages = [self.profile.system_message, *history, *new]
+            tools = self.loop.tool_definitions(self.profile)
+            self.stages.append(
+                Stage(StageKind.CONTEXT_BUILD, "context", step, built, self.clock.now() - built)
+            )
+            try:
+                response = await self._think(step, messages, tools, stream, schema)
+            except ToolUseFailed as exc:
+                # One repair round: tell the model what was wrong, once per step.
+                repair = {
+                    "role": "user",
+                    "content": _REPAIR_PROMPT.format(
+                        error=exc.message, generation=exc.failed_generation[:2000]
+                    ),
+                }
+                try:
+                    response = await self._think(step, [*messages, repair], tools, stream, schema)
+                except ModelError as again:
+                    return self._model_failed(again, history_kept=new)
+            except ModelError as exc:
+                return self._model_failed(exc, history_kept=new)
+
+            if not response.tool_calls:
+                return self._answer(response.text, new)
+
+            calls = response.tool_calls
+            assistant = {
+                "role": "assistant",
+                "content": response.text or None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in calls
+                ],
+            }
+            # A limit reached here ends the run before the tools run; the dangling
+            # assistant message is not kept, so the conversation stays well-formed.
+            if step >= config.max_steps:
+                return self.finish("", StopReason.MAX_STEPS, new)
+            if self.tool_calls + len(calls) > config.max_tool_calls:
+                return self.finish("", StopReason.MAX_TOOL_CALLS, new)
+            self.tool_calls += len(calls)
+            new.append(assistant)
+
+            stage_start = self.clock.now()
+            outcomes = await self.loop._dispatcher.run_step(
+                step,
+                calls,
+                clock=self.clock,
+                deadline=self.deadline,
+                allowed=self.profile.allowed,
+                sink=self.sink,
+                approver=self.approver,
+                metadata=self.metadata,
+            )
+            self.accounted += self.clock.now() - stage_start
+            for o in outcomes:
+                new.append({"role": "tool", "tool_call_id": o.call_id, "content": _content(o)})
+                self.stages.append(_tool_stage(step, o))
+            if self.sink is not None:
+                step_stages = [s for s in self.stages if s.step == step]
+                self.sink.step_finished(step, step_stages, self.clock.now() - built)
+            if time.monotonic() >= self.deadline:
+                return self.finish("", StopReason.BUDGET_EXHAUSTED, new[:1])
+
+    async def _think(
+        self,
+        step: int,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        stream: bool,
+        schema: dict[str, Any] | None,
+    ) -> ModelResponse:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise ModelError("deadline_exceeded", "the run's time ran out", retryable=False)
+        sink = self.sink
+        on_text = None
+        if stream and sink is not None:
+
+            def on_text(text: str) -> None:
+                sink.text_delta(step, text)
+
+        request = ModelRequest(messages, tools, stream, remaining, schema)
+        start = self.clock.now()
+        try:
+            async with asyncio.timeout(remaining):
+                response = await self.loop.model.complete(request, on_text)
+        except TimeoutError:
+            raise ModelError(
+                "deadline_exceeded", "the run's time ran out", retryable=False
+            ) from None
+        finally:
+            duration = self.clock.now() - start
+            self.accounted += duration
+        self.usage.add(response.usage)
+        self.stages.append(
+            Stage(
+                StageKind.MODEL_CALL,
+                self.loop.model.name,
+                step,
+                start,
+                duration,
+                ModelCallDetail(
+                    response.usage,
+                    response.provider,
+                    response.time_to_first_token,
+                    response.attempts,
+                ),
+            )
+        )
+        return response
+
+    def _answer(self, text: str, new: list[dict[str, Any]]) -> RunResultWithMessages:
+        new.append({"role": "assistant", "content": text})
+        validate = self.profile.validate_answer
+        if self.structured and validate is not None:
+            try:
+                validate(orjson.loads(text))
+            except (orjson.JSONDecodeError, fastjsonschema.JsonSchemaException) as exc:
+                error = RunError(
+                    "invalid_answer",
+                    f"the answer does not match the profile's schema: {exc}",
+                    retryable=True,
+                )
+                return self.finish(text, StopReason.INVALID_ANSWER, new, error)
+        return self.finish(text, StopReason.ANSWERED, new)
+
+    def _model_failed(
+        self, exc: ModelError, history_kept: list[dict[str, Any]]
+    ) -> RunResultWithMessages:
+        if exc.code in ("deadline_exceeded", "model_timeout") and time.monotonic() >= (
+            self.deadline - 0.001
+        ):
+            reason = StopReason.BUDGET_EXHAUSTED
+        else:
+            reason = StopReason.MODEL_ERROR
+        # A failed run adds nothing to the conversation: the next turn starts clean.
+        return self.finish("", reason, [], RunError(exc.code, exc.message, exc.retryable))
+
+
+def _content(outcome: ToolOutcome) -> str:
+    if outcome.status is ToolCallStatus.OK or outcome.status is ToolCallStatus.CACHED:
+        return outcome.content
+    return f"error ({outcome.status.name.lower()}): {outcome.content}"
+
+
+def _tool_stage(step: int, o: ToolOutcome) -> Stage:
+    return Stage(
+        StageKind.TOOL_CALL,
+        o.tool_name,
+        step,
+        o.start,
+        o.duration,
+        ToolCallDetail(o.call_id, o.status, o.handler_duration, o.attempts, o.wait_duration),
+    )
+
+
+AwaitApproval = Callable[[str, str, float], Awaitable[tuple[bool, str]]]

@@ -1,0 +1,174 @@
+"""Plain types of a run: its stop reasons, tool-call statuses, timeline stages and outcome.
+
+The enums mirror the proto enums value for value (a test holds them together), so the
+service converts them with a plain ``int``; the loop never touches a protobuf message.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sidecar.llm.model import ProviderTiming, Usage
+
+
+class StopReason(enum.IntEnum):
+    """Why a run ended (``agentsidecar.v1.StopReason``)."""
+
+    ANSWERED = 1
+    MAX_STEPS = 2
+    MAX_TOOL_CALLS = 3
+    BUDGET_EXHAUSTED = 4
+    MODEL_ERROR = 5
+    CANCELLED = 6
+    INTERRUPTED = 7
+    INVALID_ANSWER = 8
+
+
+class ToolCallStatus(enum.IntEnum):
+    """How a tool call ended (``agentsidecar.v1.ToolCallStatus``)."""
+
+    OK = 1
+    ERROR = 2
+    TIMED_OUT = 3
+    UNAVAILABLE = 4
+    DENIED = 5
+    UNKNOWN_TOOL = 6
+    CACHED = 7
+
+
+class ToolAvailability(enum.IntEnum):
+    """Whether a tool can be called now (``agentsidecar.v1.ToolAvailability``)."""
+
+    AVAILABLE = 1
+    SERVER_UNAVAILABLE = 2
+    BREAKER_OPEN = 3
+
+
+class StageKind(enum.IntEnum):
+    """What a timeline stage measured (``agentsidecar.v1.StageKind``)."""
+
+    QUEUE = 1
+    CONTEXT_BUILD = 2
+    MODEL_CALL = 3
+    TOOL_CALL = 4
+    PERSISTENCE = 5
+    OVERHEAD = 6
+
+
+@dataclass(slots=True)
+class ModelCallDetail:
+    """Details of a MODEL_CALL stage."""
+
+    usage: Usage
+    provider: ProviderTiming
+    time_to_first_token: float | None
+    attempts: int
+
+
+@dataclass(slots=True)
+class ToolCallDetail:
+    """Details of a TOOL_CALL stage."""
+
+    call_id: str
+    status: ToolCallStatus
+    handler_duration: float | None
+    attempts: int
+    wait_duration: float
+
+
+@dataclass(slots=True)
+class Stage:
+    """One measured interval; offsets and durations in seconds from the run's start."""
+
+    kind: StageKind
+    name: str
+    step: int
+    start: float
+    duration: float
+    detail: ModelCallDetail | ToolCallDetail | None = None
+
+
+class Clock:
+    """Offsets from a run's start, on the monotonic high-resolution clock."""
+
+    __slots__ = ("origin",)
+
+    def __init__(self) -> None:
+        self.origin = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+
+@dataclass(slots=True)
+class RunError:
+    """Why a run failed, for the calling service."""
+
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """The result of one run."""
+
+    answer: str
+    stop_reason: StopReason
+    usage: Usage
+    stages: list[Stage]
+    total: float
+    steps: int
+    tool_calls: int
+    error: RunError | None = None
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How one tool call ended. ``content`` is what the model sees."""
+
+    call_id: str
+    tool_name: str
+    status: ToolCallStatus
+    content: str
+    start: float
+    duration: float
+    handler_duration: float | None = None
+    attempts: int = 1
+    wait_duration: float = 0.0
+
+
+class EventSink(Protocol):
+    """Receives a run's events as they happen. Streaming callers get one; others don't,
+    and then no event is ever built."""
+
+    def text_delta(self, step: int, text: str) -> None: ...
+
+    def tool_call_started(
+        self, step: int, call_id: str, tool_name: str, arguments: str
+    ) -> None: ...
+
+    def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None: ...
+
+    def approval_required(
+        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+    ) -> None: ...
+
+    def step_finished(self, step: int, stages: list[Stage], total: float) -> None: ...
+
+
+@dataclass(slots=True)
+class Turn:
+    """One finished (or interrupted) user turn, as stored with its session."""
+
+    run_id: str
+    input: str
+    answer: str
+    stop_reason: StopReason
+    start_time: float
+    """Wall-clock start, seconds since the epoch."""
+    end_time: float
+    usage: Usage = field(default_factory=Usage)

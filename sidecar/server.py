@@ -1,0 +1,166 @@
+"""The sidecar daemon: model, tool servers, ``AgentService``, health and reflection.
+
+Health (``grpc.health.v1``, the empty name and ``agentsidecar.v1.AgentService``) says
+NOT_SERVING until every configured tool server has been discovered (or its discovery
+timeout has passed, in which case its tools stay hidden until it appears), and again from
+the moment SIGTERM starts the drain. Draining refuses new runs and gives in-flight runs
+the configured grace period to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key
+from sidecar.llm.model import Model
+from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.loop import AgentLoop
+from sidecar.service import AgentServicer
+from sidecar.sessions.store import MemorySessionStore
+from sidecar.tools.catalog import ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+
+class Sidecar:
+    """Everything one sidecar process runs, started and stopped as a unit."""
+
+    def __init__(self, config: SidecarConfig, *, api_key: str | None) -> None:
+        self.config = config
+        self._api_key = api_key
+        self.catalog = ToolCatalog()
+        self.catalog.set_server_order([s.name for s in config.tool_servers])
+        self.connections = {
+            s.name: ToolServerConnection(s, on_discovered=self._discovered)
+            for s in config.tool_servers
+        }
+        self.health = health.aio.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self._simulator: object | None = None
+        self._model: Model | None = None
+        self.simulated = False
+        self.port = 0
+        self._ready_task: asyncio.Task[None] | None = None
+
+    def _discovered(self, server: str, response: object) -> None:
+        if self.catalog.update(server, response):  # type: ignore[arg-type]
+            log.info("tool server %s: %d tools", server, len(response.tools))  # type: ignore[attr-defined]
+
+    async def _start_model(self) -> Model:
+        model = self.config.model
+        base_url = model.base_url
+        api_key = self._api_key
+        if base_url is None and api_key is None:
+            from sidecar.llm.simulator import LLMSimulator, SimulatorOptions
+
+            simulator = LLMSimulator(SimulatorOptions())
+            await simulator.start("127.0.0.1", 0)
+            self._simulator = simulator
+            base_url = simulator.base_url
+            self.simulated = True
+            log.warning(
+                "no %s set: using the built-in LLM simulator at %s (a simulator, not a model)",
+                model.api_key_env,
+                base_url,
+            )
+        return OpenAICompatibleModel(
+            base_url=base_url or GROQ_BASE_URL,
+            api_key=api_key or "none",
+            model=model.model,
+            retry=model.retry,
+            timeout=model.timeout,
+            temperature=model.temperature,
+            max_tokens=model.max_tokens,
+            parallel_tool_calls=model.parallel_tool_calls,
+        )
+
+    async def start(self) -> int:
+        """Start serving; return the bound port."""
+        self._model = await self._start_model()
+        loop = AgentLoop(self._model, self.catalog, self.connections, self.config.profiles)
+        options = [
+            ("grpc.max_send_message_length", self.config.server.max_message_bytes),
+            ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
+        ]
+        server = grpc.aio.server(options=options)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentServicer(loop, MemorySessionStore()), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        address = f"{self.config.server.host}:{self.config.server.port}"
+        self.port = server.add_insecure_port(address)
+        await server.start()
+        self._server = server
+        for connection in self.connections.values():
+            connection.start()
+        self._ready_task = asyncio.get_running_loop().create_task(self._become_ready())
+        return self.port
+
+    async def _become_ready(self) -> None:
+        async def discovered(connection: ToolServerConnection) -> None:
+            try:
+                async with asyncio.timeout(connection.config.discovery_timeout):
+                    await connection.discovered.wait()
+            except TimeoutError:
+                log.warning(
+                    "tool server %s (%s) not discovered within %.1fs; its tools stay hidden "
+                    "until it answers",
+                    connection.name,
+                    connection.config.address,
+                    connection.config.discovery_timeout,
+                )
+
+        await asyncio.gather(*(discovered(c) for c in self.connections.values()))
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def ready(self) -> None:
+        """Wait until health says SERVING."""
+        if self._ready_task is not None:
+            await asyncio.shield(self._ready_task)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: health NOT_SERVING, refuse new runs, let in-flight runs finish."""
+        grace = self.config.server.grace_period if grace is None else grace
+        if self._ready_task is not None and not self._ready_task.done():
+            self._ready_task.cancel()
+        await self.health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+        for connection in self.connections.values():
+            await connection.close()
+        if self._model is not None:
+            await self._model.close()
+        if self._simulator is not None:
+            await self._simulator.stop()  # type: ignore[attr-defined]
+
+
+async def serve(config: SidecarConfig) -> None:
+    """Run the sidecar until SIGTERM or SIGINT, then drain and return."""
+    sidecar = Sidecar(config, api_key=resolve_api_key(config.model))
+    port = await sidecar.start()
+    print(f"listening on {config.server.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining (grace %.1fs)", config.server.grace_period)
+    await sidecar.stop()
+    print("stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,308 @@
+"""``AgentService`` over gRPC: requests in, the loop, events and results out.
+
+The proto layer stops here: requests are checked and turned into plain values, the loop
+runs on plain types, and events become messages only when a caller streams them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar import convert
+from sidecar.llm.model import ToolCall, Usage
+from sidecar.loop import AgentLoop, Profile, RunResultWithMessages
+from sidecar.run import Clock, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Turn
+from sidecar.sessions.store import Session, SessionExists, SessionStore
+from sidecar.tools.catalog import CatalogTool
+
+log = logging.getLogger(__name__)
+
+# A run with no caller deadline still ends: a wedged run must never hold a session forever.
+DEFAULT_RUN_TIMEOUT = 600.0
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+class _StreamSink:
+    """Turns loop events into ``StreamRunResponse`` messages on a queue."""
+
+    __slots__ = ("_queue", "_run_id", "_sequence")
+
+    def __init__(self, queue: asyncio.Queue[agent_pb2.StreamRunResponse | None], run_id: str):
+        self._queue = queue
+        self._run_id = run_id
+        self._sequence = 0
+
+    def put(self, **event: Any) -> None:
+        self._sequence += 1
+        self._queue.put_nowait(
+            agent_pb2.StreamRunResponse(run_id=self._run_id, sequence=self._sequence, **event)
+        )
+
+    def text_delta(self, step: int, text: str) -> None:
+        self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
+
+    def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
+        self.put(
+            tool_call_started=agent_pb2.ToolCallStarted(
+                step=step, call_id=call_id, tool_name=tool_name, arguments=arguments
+            )
+        )
+
+    def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None:
+        self.put(tool_call_finished=convert.tool_call_finished(step, outcome))
+
+    def approval_required(
+        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+    ) -> None:
+        self.put(
+            approval_required=agent_pb2.ApprovalRequired(
+                step=step,
+                call_id=call_id,
+                tool_name=tool_name,
+                arguments=arguments,
+                destructive=destructive,
+            )
+        )
+
+    def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
+        self.put(
+            step_finished=agent_pb2.StepFinished(
+                step=step, timeline=convert.timeline(stages, total)
+            )
+        )
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    """Implements ``agentsidecar.v1.AgentService``."""
+
+    def __init__(self, loop: AgentLoop, store: SessionStore) -> None:
+        self._loop = loop
+        self._store = store
+        self._approvals: dict[tuple[str, str], asyncio.Future[tuple[bool, str]]] = {}
+        self._runs: set[asyncio.Task[Any]] = set()
+
+    # -- sessions ---------------------------------------------------------------------
+
+    async def CreateSession(
+        self, request: agent_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.CreateSessionResponse:
+        profile = request.profile or "default"
+        if profile not in self._loop.profiles:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown profile {profile!r}; configured: {sorted(self._loop.profiles)}",
+            )
+        try:
+            session = await self._store.create(profile, request.session_id, request.labels)
+        except SessionExists:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"session {request.session_id!r} already exists"
+            )
+        return agent_pb2.CreateSessionResponse(session=convert.session(session))
+
+    async def GetSession(
+        self, request: agent_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.GetSessionResponse:
+        session = await self._session(request.session_id, context)
+        return agent_pb2.GetSessionResponse(session=convert.session(session))
+
+    async def DeleteSession(
+        self, request: agent_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.DeleteSessionResponse:
+        if not request.session_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+        return agent_pb2.DeleteSessionResponse(deleted=await self._store.delete(request.session_id))
+
+    async def ListSessionTools(
+        self, request: agent_pb2.ListSessionToolsRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ListSessionToolsResponse:
+        session = await self._session(request.session_id, context)
+        profile = self._loop.profiles[session.profile]
+        tools = []
+        for entry in self._loop.session_tools(profile):
+            tool, availability = entry
+            descriptor = agent_pb2.SessionTool(
+                descriptor=tool.descriptor,
+                server=tool.server,
+                availability=int(availability),  # type: ignore[arg-type]
+            )
+            descriptor.descriptor.name = tool.name
+            tools.append(descriptor)
+        return agent_pb2.ListSessionToolsResponse(tools=tools)
+
+    async def _session(self, session_id: str, context: grpc.aio.ServicerContext) -> Session:
+        if not session_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+        session = await self._store.get(session_id)
+        if session is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {session_id!r}")
+        assert session is not None
+        return session
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def _begin(
+        self, session_id: str, user_input: str, context: grpc.aio.ServicerContext
+    ) -> tuple[Session, Profile]:
+        if not user_input:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "input must not be empty")
+        session = await self._session(session_id, context)
+        if session.running:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"session {session_id!r} is already running a turn; wait for it to finish",
+            )
+        profile = self._loop.profiles.get(session.profile)
+        if profile is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"session {session_id!r} uses profile {session.profile!r}, "
+                "which is no longer configured",
+            )
+        assert profile is not None
+        return session, profile
+
+    async def _execute(
+        self,
+        session: Session,
+        profile: Profile,
+        run_id: str,
+        user_input: str,
+        context: grpc.aio.ServicerContext,
+        structured: bool,
+        sink: _StreamSink | None,
+        clock: Clock,
+    ) -> RunOutcome:
+        remaining = context.time_remaining()
+        budget = DEFAULT_RUN_TIMEOUT if remaining is None else min(remaining, DEFAULT_RUN_TIMEOUT)
+        deadline = time.monotonic() + budget
+        metadata = [(k, v) for k, v in (context.invocation_metadata() or ()) if k in _TRACE_HEADERS]
+        started = time.time()
+        session.running = True
+        result: RunResultWithMessages | None = None
+        try:
+            result = await self._loop.run(
+                profile,
+                session.messages,
+                user_input,
+                deadline=deadline,
+                structured=structured,
+                sink=sink,
+                approver=self._approver(session, profile, deadline),
+                metadata=metadata,
+                clock=clock,
+            )
+            return result.outcome
+        finally:
+            outcome = result.outcome if result is not None else None
+            turn = Turn(
+                run_id=run_id,
+                input=user_input,
+                answer=outcome.answer if outcome else "",
+                stop_reason=outcome.stop_reason if outcome else StopReason.CANCELLED,
+                start_time=started,
+                end_time=time.time(),
+            )
+            if outcome is not None:
+                turn.usage = outcome.usage
+            # Recording is synchronous for the memory store and must happen even when
+            # the run was cancelled; shield it from the cancellation.
+            record = self._store.record_turn(session, turn, result.messages if result else [])
+            try:
+                await asyncio.shield(record)
+            finally:
+                session.running = False
+
+    def _approver(self, session: Session, profile: Profile, deadline: float) -> Any:
+        async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
+            key = (session.session_id, call.id)
+            future: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+            self._approvals[key] = future
+            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
+            try:
+                async with asyncio.timeout(max(0.0, timeout)):
+                    return await future
+            except TimeoutError:
+                return False, "no decision arrived in time"
+            finally:
+                self._approvals.pop(key, None)
+
+        return approve
+
+    async def Run(
+        self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.RunResponse:
+        clock = Clock()
+        session, profile = await self._begin(request.session_id, request.input, context)
+        run_id = uuid.uuid4().hex
+        outcome = await self._execute(
+            session, profile, run_id, request.input, context, True, None, clock
+        )
+        return agent_pb2.RunResponse(run_id=run_id, result=convert.run_result(outcome))
+
+    async def StreamRun(
+        self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
+        clock = Clock()
+        session, profile = await self._begin(request.session_id, request.input, context)
+        run_id = uuid.uuid4().hex
+        structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
+        queue: asyncio.Queue[agent_pb2.StreamRunResponse | None] = asyncio.Queue()
+        sink = _StreamSink(queue, run_id)
+        sink.put(
+            run_started=agent_pb2.RunStarted(
+                session_id=session.session_id, profile=profile.name, model=self._loop.model.name
+            )
+        )
+
+        async def drive() -> None:
+            try:
+                outcome = await self._execute(
+                    session, profile, run_id, request.input, context, structured, sink, clock
+                )
+                sink.put(run_finished=convert.run_result(outcome))
+            except Exception as exc:  # a bug, not a run failure: report it, don't hang
+                log.exception("run %s failed", run_id)
+                failed = RunOutcome("", StopReason.MODEL_ERROR, Usage(), [], 0.0, 0, 0)
+                failed.error = RunError("internal", f"internal error: {exc}", False)
+                sink.put(run_finished=convert.run_result(failed))
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.get_running_loop().create_task(drive(), name=f"run:{run_id}")
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+        finally:
+            if not task.done():
+                task.cancel()
+            # Wait for the cancelled run to record its turn before the handler ends.
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def ApproveToolCall(
+        self, request: agent_pb2.ApproveToolCallRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ApproveToolCallResponse:
+        if request.decision == agent_pb2.APPROVAL_DECISION_UNSPECIFIED:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "decision must be APPROVE or DENY"
+            )
+        future = self._approvals.get((request.session_id, request.call_id))
+        if future is None or future.done():
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"no call {request.call_id!r} is waiting for approval in session "
+                f"{request.session_id!r}",
+            )
+        assert future is not None
+        future.set_result((request.decision == agent_pb2.APPROVAL_DECISION_APPROVE, request.reason))
+        return agent_pb2.ApproveToolCallResponse()

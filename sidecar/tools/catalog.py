@@ -1,0 +1,217 @@
+"""The tool catalog: every discovered tool, under the name the model sees.
+
+Discovery answers (``ListToolsResponse``) are turned, once per tool-set version, into
+:class:`CatalogTool` entries holding everything the hot path needs precomputed: the
+compiled argument validator, the parsed resource-key templates and the tool definition
+sent to the model. The model's tool list is built once per catalog version, profile and
+availability, and the same objects are reused, so its serialized bytes never change
+between turns (the provider's prompt cache keeps hitting).
+
+Names are namespaced deterministically: a tool name offered by exactly one server is
+used as it is; a name offered by several servers becomes ``<server>__<name>`` on each.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fastjsonschema
+import orjson
+
+from agentsidecar.v1 import tool_pb2
+
+_FORMATTER = string.Formatter()
+
+
+class ArgumentsInvalid(Exception):
+    """A call's arguments are not valid for its tool; the message is written for the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """A resource key such as ``sku:{sku}``; placeholders name top-level arguments."""
+
+    text: str
+    fields: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> KeyTemplate:
+        fields = tuple(name for _, name, _, _ in _FORMATTER.parse(text) if name)
+        return cls(text, fields)
+
+    def resolve(self, arguments: Mapping[str, Any]) -> str:
+        if not self.fields:
+            return self.text
+        return self.text.format_map({f: arguments.get(f, "") for f in self.fields})
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTool:
+    """A discovered tool with everything the hot path needs precomputed."""
+
+    name: str
+    """The name the model sees."""
+    remote_name: str
+    """The name on its server."""
+    server: str
+    descriptor: tool_pb2.ToolDescriptor
+    read_only: bool
+    idempotent: bool
+    requires_approval: bool
+    destructive: bool
+    timeout: float | None
+    read_keys: tuple[KeyTemplate, ...]
+    write_keys: tuple[KeyTemplate, ...]
+    definition: dict[str, Any]
+    """The tool as sent to the model (OpenAI ``tools[]`` entry)."""
+    _validate: Callable[[Any], Any]
+
+    def parse_arguments(self, text: str) -> dict[str, Any]:
+        """Parse and validate the model's argument text.
+
+        Raises:
+            ArgumentsInvalid: the text is not a JSON object or violates the schema.
+        """
+        try:
+            value = orjson.loads(text or "{}")
+        except orjson.JSONDecodeError as exc:
+            raise ArgumentsInvalid(
+                f"arguments for {self.name} are not valid JSON ({exc}); "
+                "send a JSON object matching the tool's parameters"
+            ) from None
+        if not isinstance(value, dict):
+            raise ArgumentsInvalid(
+                f"arguments for {self.name} must be a JSON object, got {type(value).__name__}"
+            )
+        try:
+            self._validate(value)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            # fastjsonschema names the failing path "data.field"; say "field" instead.
+            path = exc.name or "data"
+            where = path.removeprefix("data").lstrip(".") or "arguments"
+            detail = (exc.message or "").replace(path, "").strip()
+            raise ArgumentsInvalid(f"invalid arguments for {self.name}: {where} {detail}") from None
+        return value
+
+    def resource_keys(self, arguments: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
+        """The (read, write) keys a call with these arguments holds."""
+        reads = frozenset(t.resolve(arguments) for t in self.read_keys)
+        writes = frozenset(t.resolve(arguments) for t in self.write_keys)
+        return reads, writes
+
+
+def _seconds(duration: Any) -> float | None:
+    if duration is None or (duration.seconds == 0 and duration.nanos == 0):
+        return None
+    return float(duration.seconds + duration.nanos / 1e9)
+
+
+_NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> CatalogTool:
+    schema = orjson.loads(descriptor.input_schema or '{"type": "object"}')
+    if not isinstance(schema, dict):
+        raise ValueError(f"tool {descriptor.name} on {server}: input_schema is not an object")
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    validate = fastjsonschema.compile(schema)
+    definition = {
+        "type": "function",
+        "function": {"name": name, "description": descriptor.description, "parameters": schema},
+    }
+    return CatalogTool(
+        name=name,
+        remote_name=descriptor.name,
+        server=server,
+        descriptor=descriptor,
+        read_only=descriptor.read_only,
+        idempotent=descriptor.idempotent,
+        requires_approval=descriptor.requires_approval,
+        destructive=descriptor.destructive,
+        timeout=_seconds(descriptor.default_timeout)
+        if descriptor.HasField("default_timeout")
+        else None,
+        read_keys=tuple(KeyTemplate.parse(k) for k in descriptor.read_keys),
+        write_keys=tuple(KeyTemplate.parse(k) for k in descriptor.write_keys),
+        definition=definition,
+        _validate=validate,
+    )
+
+
+class ToolCatalog:
+    """Every discovered tool by the name the model sees; rebuilt when discovery changes."""
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, list[tool_pb2.ToolDescriptor]] = {}
+        self._server_versions: dict[str, str] = {}
+        self._tools: dict[str, CatalogTool] = {}
+        self.version = 0
+        self._definitions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._server_order: list[str] = []
+
+    def set_server_order(self, names: Sequence[str]) -> None:
+        """Fix the order servers' tools appear in (the configuration's order)."""
+        self._server_order = list(names)
+
+    def update(self, server: str, response: tool_pb2.ListToolsResponse) -> bool:
+        """Record one server's tool list; return True when the catalog changed."""
+        version = response.tool_set_version or response.SerializeToString().hex()
+        if self._server_versions.get(server) == version and server in self._by_server:
+            return False
+        self._by_server[server] = list(response.tools)
+        self._server_versions[server] = version
+        self._rebuild()
+        return True
+
+    def _rebuild(self) -> None:
+        servers = [s for s in self._server_order if s in self._by_server]
+        servers += sorted(s for s in self._by_server if s not in servers)
+        owners: dict[str, int] = {}
+        for server in servers:
+            for descriptor in self._by_server[server]:
+                owners[descriptor.name] = owners.get(descriptor.name, 0) + 1
+        tools: dict[str, CatalogTool] = {}
+        for server in servers:
+            for descriptor in self._by_server[server]:
+                name = descriptor.name
+                if owners[name] > 1:
+                    name = f"{server}__{name}"
+                if not _NAME_OK.match(name):
+                    continue  # a name no model API accepts; never offered
+                tools[name] = _build(name, server, descriptor)
+        self._tools = tools
+        self._definitions.clear()
+        self.version += 1
+
+    def get(self, name: str) -> CatalogTool | None:
+        return self._tools.get(name)
+
+    def tools(self) -> list[CatalogTool]:
+        return list(self._tools.values())
+
+    def definitions(
+        self,
+        profile: str,
+        allowed: frozenset[str] | None,
+        unavailable_servers: frozenset[str],
+    ) -> list[dict[str, Any]]:
+        """The tool list the model sees: allowed by the profile, on an available server.
+
+        Cached per (catalog version, profile, unavailable servers): the same list object,
+        so its serialization is byte-identical across turns.
+        """
+        key = (self.version, profile, unavailable_servers)
+        cached = self._definitions.get(key)
+        if cached is None:
+            cached = [
+                t.definition
+                for t in self._tools.values()
+                if (allowed is None or t.name in allowed) and t.server not in unavailable_servers
+            ]
+            self._definitions[key] = cached
+        return cached

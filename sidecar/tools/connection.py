@@ -1,0 +1,123 @@
+"""One tool server as the sidecar sees it: a gRPC channel, its health, its breaker.
+
+A background task watches the server's ``grpc.health.v1`` status. When the server comes
+(back) to SERVING, its tools are discovered again, so a restarted server with new tools
+is picked up without restarting the sidecar. While it is not serving, its tools are left
+out of the list the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
+from sidecar.config import ToolServerConfig
+from sidecar.tools.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+
+log = logging.getLogger(__name__)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Reconnect fast after a tool server restarts; the default backoff reaches minutes.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.enable_retries", 0),
+]
+
+DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse], None]
+StateListener = Callable[[str, BreakerState, BreakerState], None]
+
+
+class ToolServerConnection:
+    """A tool server's channel, stub, health and circuit breaker."""
+
+    def __init__(
+        self,
+        config: ToolServerConfig,
+        *,
+        on_discovered: DiscoveryListener,
+        on_breaker_change: StateListener | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.channel = grpc.aio.insecure_channel(config.address, options=_CHANNEL_OPTIONS)
+        self.stub = tool_pb2_grpc.ToolServiceStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+        self.breaker = CircuitBreaker(
+            config.name,
+            BreakerPolicy(
+                failure_threshold=config.breaker.failure_threshold,
+                reset_timeout=config.breaker.reset_timeout,
+            ),
+            on_state_change=on_breaker_change,
+        )
+        self.serving = False
+        self.discovered = asyncio.Event()
+        self._on_discovered = on_discovered
+        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def available(self) -> bool:
+        """True when a call would be attempted now: serving, breaker not refusing."""
+        return self.serving and self.breaker.allows_calls()
+
+    async def discover(self, timeout: float) -> bool:
+        """List the server's tools and hand them to the discovery listener."""
+        try:
+            response = await self.stub.ListTools(tool_pb2.ListToolsRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("tool server %s: ListTools failed: %s", self.name, exc.code().name)
+            return False
+        self._on_discovered(self.name, response)
+        self.serving = True
+        self.discovered.set()
+        return True
+
+    def start(self) -> None:
+        """Start watching the server's health in the background."""
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch(), name=f"health-watch:{self.name}"
+        )
+
+    async def _watch(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                stream = self._health.Watch(health_pb2.HealthCheckRequest(service=""))
+                async for reply in stream:
+                    backoff = 0.1
+                    serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+                    if serving and not self.serving:
+                        # Back to SERVING (or first contact): its tools may have changed.
+                        await self.discover(self.config.discovery_timeout)
+                    elif not serving and self.serving:
+                        log.warning("tool server %s is not serving", self.name)
+                        self.serving = False
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    # No health service: trust discovery alone.
+                    if not self.serving:
+                        await self.discover(self.config.discovery_timeout)
+                    return
+                if self.serving:
+                    log.warning("tool server %s unreachable: %s", self.name, exc.code().name)
+                self.serving = False
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 2.0)
+
+    async def close(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            try:
+                await self._watch_task
+            except asyncio.CancelledError:
+                pass
+        await self.channel.close()

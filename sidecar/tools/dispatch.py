@@ -1,0 +1,359 @@
+"""Dispatch one step's tool calls: concurrently, in key order, each under its deadline.
+
+Every call of a step starts at once, except a call whose resource keys conflict with an
+earlier call's (one writes a key the other reads or writes): it waits for that call, so
+conflicting writes happen in the model's order and the rest never wait. A step's tool
+stage costs the slowest chain, not the sum.
+
+Each call, in order: the tool must exist and be allowed; its arguments are validated
+against the schema (a violation goes back to the model and never reaches the server);
+approval is asked for when the tool requires it; then it runs behind its server's
+circuit breaker, with deadline = min(tool timeout, the run's remaining time), retried
+with backoff only when the tool is idempotent and the failure is UNAVAILABLE or
+RESOURCE_EXHAUSTED. Every failure becomes a :class:`ToolOutcome` the model sees; nothing
+here raises except cancellation, which cancels every call in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from agentsidecar.v1 import tool_pb2
+from sidecar.llm.model import ToolCall
+from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
+from sidecar.tools.breaker import BreakerOpenError
+from sidecar.tools.catalog import ArgumentsInvalid, CatalogTool, ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
+
+# Codes that say the server (not the request) is unwell: they count against its breaker.
+_SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
+
+
+@dataclass(slots=True)
+class _Prepared:
+    call: ToolCall
+    tool: CatalogTool | None
+    reads: frozenset[str]
+    writes: frozenset[str]
+    outcome: ToolOutcome | None  # set when the call is settled without running
+
+
+class _Failed(Exception):
+    """An attempt failed with a gRPC status; carries what the outcome needs."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class Dispatcher:
+    """Runs tool calls against the connected tool servers."""
+
+    def __init__(
+        self, catalog: ToolCatalog, connections: Mapping[str, ToolServerConnection]
+    ) -> None:
+        self._catalog = catalog
+        self._connections = connections
+
+    async def run_step(
+        self,
+        step: int,
+        calls: Sequence[ToolCall],
+        *,
+        clock: Clock,
+        deadline: float,
+        allowed: frozenset[str] | None,
+        sink: EventSink | None,
+        approver: Approver | None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> list[ToolOutcome]:
+        """Run one step's calls; return their outcomes in the model's order.
+
+        Args:
+            step: the step number, for events.
+            calls: the model's tool calls, in its order.
+            clock: the run's clock; outcomes carry offsets on it.
+            deadline: ``time.monotonic()`` value when the run's time is up.
+            allowed: tool names the profile allows; None allows all.
+            sink: receives started/finished events, when the caller streams.
+            approver: asked for tools that require approval; None denies them.
+            metadata: gRPC metadata to send with each call (trace context).
+        """
+        prepared = [self._prepare(call, allowed, clock) for call in calls]
+        done = [asyncio.Event() for _ in prepared]
+        outcomes: list[ToolOutcome | None] = [None] * len(prepared)
+
+        async def run_one(i: int, waits: list[int]) -> None:
+            item = prepared[i]
+            try:
+                if item.outcome is not None:
+                    outcomes[i] = item.outcome
+                else:
+                    queued = clock.now()
+                    for j in waits:
+                        await done[j].wait()
+                    outcomes[i] = await self._run(
+                        step, item, clock, queued, deadline, sink, approver, metadata
+                    )
+                if sink is not None:
+                    sink.tool_call_finished(step, outcomes[i])  # type: ignore[arg-type]
+            finally:
+                done[i].set()
+
+        async with asyncio.TaskGroup() as group:
+            for i, item in enumerate(prepared):
+                waits = [j for j in range(i) if _conflicts(prepared[j], item)]
+                group.create_task(run_one(i, waits))
+        return [o for o in outcomes if o is not None]
+
+    def _prepare(self, call: ToolCall, allowed: frozenset[str] | None, clock: Clock) -> _Prepared:
+        tool = self._catalog.get(call.name)
+        now = clock.now()
+        if tool is None or (allowed is not None and call.name not in allowed):
+            names = ", ".join(
+                sorted(
+                    t.name for t in self._catalog.tools() if allowed is None or t.name in allowed
+                )
+            )
+            return _Prepared(
+                call,
+                None,
+                frozenset(),
+                frozenset(),
+                ToolOutcome(
+                    call.id,
+                    call.name,
+                    ToolCallStatus.UNKNOWN_TOOL,
+                    f"unknown tool {call.name!r}; available tools: {names or 'none'}",
+                    now,
+                    0.0,
+                    attempts=0,
+                ),
+            )
+        try:
+            arguments = tool.parse_arguments(call.arguments)
+        except ArgumentsInvalid as exc:
+            return _Prepared(
+                call,
+                tool,
+                frozenset(),
+                frozenset(),
+                ToolOutcome(
+                    call.id,
+                    call.name,
+                    ToolCallStatus.ERROR,
+                    str(exc),
+                    now,
+                    0.0,
+                    attempts=0,
+                ),
+            )
+        reads, writes = tool.resource_keys(arguments)
+        return _Prepared(call, tool, reads, writes, None)
+
+    async def _run(
+        self,
+        step: int,
+        item: _Prepared,
+        clock: Clock,
+        queued: float,
+        deadline: float,
+        sink: EventSink | None,
+        approver: Approver | None,
+        metadata: Sequence[tuple[str, str]],
+    ) -> ToolOutcome:
+        call, tool = item.call, item.tool
+        assert tool is not None
+        start = clock.now()
+        wait = start - queued
+        if tool.requires_approval:
+            if sink is not None:
+                sink.approval_required(step, call.id, call.name, call.arguments, tool.destructive)
+            approved, reason = (False, "no one can approve calls on this run")
+            if approver is not None:
+                approved, reason = await approver(step, call, tool)
+            if not approved:
+                return ToolOutcome(
+                    call.id,
+                    call.name,
+                    ToolCallStatus.DENIED,
+                    f"the call to {call.name} was denied" + (f": {reason}" if reason else ""),
+                    start,
+                    clock.now() - start,
+                    attempts=0,
+                    wait_duration=wait,
+                )
+            start = clock.now()
+        if sink is not None:
+            sink.tool_call_started(step, call.id, call.name, call.arguments)
+        connection = self._connections[tool.server]
+        request = tool_pb2.CallToolRequest(
+            call_id=call.id, tool_name=tool.remote_name, arguments=call.arguments
+        )
+        timeout = min(tool.timeout or connection.config.timeout, connection.config.timeout)
+        call_deadline = min(deadline, time.monotonic() + timeout)
+        attempts = 0
+
+        async def attempt() -> tool_pb2.ToolResult:
+            nonlocal attempts
+            attempts += 1
+            remaining = call_deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
+            return await _call(connection, request, remaining, metadata)
+
+        try:
+            if tool.idempotent and connection.config.retry.max_attempts > 1:
+                result = await self._with_retries(attempt, connection, call_deadline)
+            else:
+                result = await attempt()
+        except BreakerOpenError:
+            return ToolOutcome(
+                call.id,
+                call.name,
+                ToolCallStatus.UNAVAILABLE,
+                f"tool {call.name} is temporarily unavailable (its server is failing); "
+                "answer without it or try again later",
+                start,
+                clock.now() - start,
+                attempts=attempts,
+                wait_duration=wait,
+            )
+        except _Failed as exc:
+            status, message = _describe(call.name, exc, timeout)
+            return ToolOutcome(
+                call.id,
+                call.name,
+                status,
+                message,
+                start,
+                clock.now() - start,
+                attempts=attempts,
+                wait_duration=wait,
+            )
+        handler = None
+        if result.HasField("handler_duration"):
+            hd = result.handler_duration
+            handler = hd.seconds + hd.nanos / 1e9
+        if result.WhichOneof("outcome") == "error":
+            return ToolOutcome(
+                call.id,
+                call.name,
+                ToolCallStatus.ERROR,
+                result.error.message,
+                start,
+                clock.now() - start,
+                handler,
+                attempts,
+                wait,
+            )
+        return ToolOutcome(
+            call.id,
+            call.name,
+            ToolCallStatus.OK,
+            result.output,
+            start,
+            clock.now() - start,
+            handler,
+            attempts,
+            wait,
+        )
+
+    async def _with_retries(
+        self,
+        attempt: Callable[[], Awaitable[tool_pb2.ToolResult]],
+        connection: ToolServerConnection,
+        call_deadline: float,
+    ) -> tool_pb2.ToolResult:
+        policy = connection.config.retry
+
+        def wait(state: RetryCallState) -> float:
+            cap = min(
+                policy.max_backoff,
+                policy.initial_backoff * policy.multiplier ** (state.attempt_number - 1),
+            )
+            delay = random.uniform(cap / 2, cap)
+            if time.monotonic() + delay >= call_deadline:
+                exc = state.outcome.exception() if state.outcome else None
+                raise (
+                    exc
+                    if exc is not None
+                    else _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left to retry")
+                )
+            return delay
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.max_attempts),
+            wait=wait,
+            retry=retry_if_exception(lambda e: isinstance(e, _Failed) and e.code in _RETRYABLE),
+            reraise=True,
+        )
+        result: Any = await retrying(attempt)
+        return result  # type: ignore[no-any-return]
+
+
+async def _call(
+    connection: ToolServerConnection,
+    request: tool_pb2.CallToolRequest,
+    timeout: float,
+    metadata: Sequence[tuple[str, str]],
+) -> tool_pb2.ToolResult:
+    """One attempt behind the server's breaker."""
+    breaker = connection.breaker
+    permit = breaker.admit()
+    try:
+        response = await connection.stub.CallTool(
+            request, timeout=timeout, metadata=metadata or None
+        )
+    except grpc.aio.AioRpcError as exc:
+        code = exc.code()
+        if code in _SERVER_FAULTS:
+            breaker.record_failure(permit)
+        elif code == grpc.StatusCode.CANCELLED:
+            breaker.release(permit)
+        else:
+            breaker.record_success(permit)  # the server answered sanely
+        raise _Failed(code, exc.details() or "") from None
+    except BaseException:
+        breaker.release(permit)
+        raise
+    breaker.record_success(permit)
+    return response.result  # type: ignore[no-any-return]
+
+
+def _describe(name: str, exc: _Failed, timeout: float) -> tuple[ToolCallStatus, str]:
+    code = exc.code
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ToolCallStatus.TIMED_OUT, f"tool {name} timed out; answer without it or try later"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        return ToolCallStatus.UNAVAILABLE, f"tool {name} is unavailable right now: {exc.details}"
+    if code == grpc.StatusCode.NOT_FOUND:
+        return ToolCallStatus.UNKNOWN_TOOL, f"tool {name} no longer exists: {exc.details}"
+    return ToolCallStatus.ERROR, f"tool {name} failed ({code.name}): {exc.details}"
+
+
+def _conflicts(a: _Prepared, b: _Prepared) -> bool:
+    if a.outcome is not None or b.outcome is not None:
+        return False
+    return bool(a.writes & (b.reads | b.writes) or b.writes & a.reads)
