@@ -52,6 +52,7 @@ class Sidecar:
         self.simulated = False
         self.port = 0
         self._ready_task: asyncio.Task[None] | None = None
+        self._servicer: AgentServicer | None = None
 
     def _discovered(self, server: str, response: object) -> None:
         if self.catalog.update(server, response):  # type: ignore[arg-type]
@@ -94,9 +95,8 @@ class Sidecar:
             ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
         ]
         server = grpc.aio.server(options=options)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentServicer(loop, MemorySessionStore()), server
-        )
+        self._servicer = AgentServicer(loop, MemorySessionStore())
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -141,8 +141,17 @@ class Sidecar:
         if self._ready_task is not None and not self._ready_task.done():
             self._ready_task.cancel()
         await self.health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            # Refuse new runs with UNAVAILABLE (actionable) while the port stays open,
+            # and give the runs in flight the grace period.
+            self._servicer.start_draining()
+            try:
+                async with asyncio.timeout(grace):
+                    await self._servicer.wait_idle()
+            except TimeoutError:
+                log.warning("grace period over; cancelling the runs still in flight")
         if self._server is not None:
-            await self._server.stop(grace)
+            await self._server.stop(0.5)
         for connection in self.connections.values():
             await connection.close()
         if self._model is not None:

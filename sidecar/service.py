@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # A run with no caller deadline still ends: a wedged run must never hold a session forever.
 DEFAULT_RUN_TIMEOUT = 600.0
+_RESULT_MARGIN = 0.25
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 
 
@@ -88,12 +89,32 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self._store = store
         self._approvals: dict[tuple[str, str], asyncio.Future[tuple[bool, str]]] = {}
         self._runs: set[asyncio.Task[Any]] = set()
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.draining = False
+
+    def start_draining(self) -> None:
+        """Refuse new sessions and runs from now on; runs in flight go on."""
+        self.draining = True
+
+    async def wait_idle(self) -> None:
+        """Wait until no run is in flight."""
+        await self._idle.wait()
+
+    async def _refuse_if_draining(self, context: grpc.aio.ServicerContext) -> None:
+        if self.draining:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                "the sidecar is shutting down; retry on another replica or after restart",
+            )
 
     # -- sessions ---------------------------------------------------------------------
 
     async def CreateSession(
         self, request: agent_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.CreateSessionResponse:
+        await self._refuse_if_draining(context)
         profile = request.profile or "default"
         if profile not in self._loop.profiles:
             await context.abort(
@@ -152,6 +173,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def _begin(
         self, session_id: str, user_input: str, context: grpc.aio.ServicerContext
     ) -> tuple[Session, Profile]:
+        await self._refuse_if_draining(context)
         if not user_input:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "input must not be empty")
         session = await self._session(session_id, context)
@@ -182,11 +204,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         clock: Clock,
     ) -> RunOutcome:
         remaining = context.time_remaining()
-        budget = DEFAULT_RUN_TIMEOUT if remaining is None else min(remaining, DEFAULT_RUN_TIMEOUT)
+        if remaining is None:
+            budget = DEFAULT_RUN_TIMEOUT
+        else:
+            # Keep a little of the caller's deadline back to deliver the result in.
+            budget = min(remaining - min(_RESULT_MARGIN, remaining * 0.1), DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
         metadata = [(k, v) for k, v in (context.invocation_metadata() or ()) if k in _TRACE_HEADERS]
         started = time.time()
         session.running = True
+        self._active += 1
+        self._idle.clear()
         result: RunResultWithMessages | None = None
         try:
             result = await self._loop.run(
@@ -220,6 +248,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 await asyncio.shield(record)
             finally:
                 session.running = False
+                self._active -= 1
+                if self._active == 0:
+                    self._idle.set()
 
     def _approver(self, session: Session, profile: Profile, deadline: float) -> Any:
         async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
