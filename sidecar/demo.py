@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import IO
 
 import yaml
 from google.protobuf import json_format
@@ -33,10 +34,14 @@ READY_PREFIX = "listening on "
 
 
 @contextlib.asynccontextmanager
-async def _process(*args: str, timeout: float = 30.0) -> AsyncIterator[str]:
+async def _process(*args: str, log: IO[bytes], timeout: float = 30.0) -> AsyncIterator[str]:
     """Start ``python ARGS``, yield the address it announces, SIGTERM it on exit."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, *args, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+        sys.executable,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        stderr=log,
     )
     try:
         assert process.stdout is not None
@@ -118,25 +123,31 @@ async def _scenario(client: AgentClient, title: str, text: str, json_output: boo
 
 async def run_demo(*, json_output: bool = False) -> int:
     """Run the demo; return a process exit code."""
+    # The processes' logs go to a file, named when something fails.
+    with tempfile.NamedTemporaryFile(prefix="agent-sidecar-demo-", suffix=".log") as log:
+        try:
+            return await _demo(log, json_output)
+        except Exception:
+            print(
+                f"demo failed; process logs follow:\n{Path(log.name).read_text()}", file=sys.stderr
+            )
+            raise
+
+
+async def _demo(log: IO[bytes], json_output: bool) -> int:
     async with contextlib.AsyncExitStack() as stack:
         servers = []
         for name, latency in TOOL_SERVERS:
+            module = f"toolservers.examples.{name}"
             address = await stack.enter_async_context(
-                _process(
-                    "-m",
-                    f"toolservers.examples.{name}",
-                    "--port",
-                    "0",
-                    "--latency-ms",
-                    str(latency),
-                )
+                _process("-m", module, "--port", "0", "--latency-ms", str(latency), log=log)
             )
             servers.append({"name": name, "address": address})
         config_dir = stack.enter_context(tempfile.TemporaryDirectory())
         config = Path(config_dir) / "sidecar.yaml"
         config.write_text(yaml.safe_dump({"server": {"port": 0}, "tool_servers": servers}))
         address = await stack.enter_async_context(
-            _process("-m", "sidecar.cli", "serve", "--config", str(config))
+            _process("-m", "sidecar.cli", "serve", "--config", str(config), log=log)
         )
         if not json_output:
             model = "Groq" if os.environ.get("GROQ_API_KEY") else "the built-in LLM simulator"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -70,6 +69,7 @@ class Sidecar:
             self._simulator = simulator
             base_url = simulator.base_url
             self.simulated = True
+            model = model.model_copy(update={"model": "llm-simulator"})
             log.warning(
                 "no %s set: using the built-in LLM simulator at %s (a simulator, not a model)",
                 model.api_key_env,
@@ -172,4 +172,4 @@ async def serve(config: SidecarConfig) -> None:
     await stop.wait()
     log.info("draining (grace %.1fs)", config.server.grace_period)
     await sidecar.stop()
-    print("stopped", file=sys.stderr, flush=True)
+    log.info("stopped")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import orjson
 import pytest
 from procs import ServerProcess
 from stack import (
@@ -48,6 +49,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
                 "two_steps": {"max_steps": 2},
                 "one_call": {"max_tool_calls": 1},
                 "restricted": {"tools": ["slow_read"]},
+                "structured": {
+                    "answer_schema": {
+                        "type": "object",
+                        "properties": {"status": {"type": "string"}},
+                        "required": ["status"],
+                    }
+                },
             },
         )
         with sidecar(config, tmp_path_factory.mktemp("sidecar")) as side:
@@ -432,3 +440,41 @@ def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert "profiles.default.max_steps" in proc.stderr
     assert "model.modle" in proc.stderr
+
+
+async def test_a_structured_answer_is_requested_by_schema_and_validated(
+    client: AgentClient, sim: SimControl
+) -> None:
+    session = await client.create_session("structured")
+    response = await client.run(session.session_id, "what is the status?", timeout=30)
+    assert response.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert "status" in orjson.loads(response.result.answer)
+    sent = (await sim.stats())["last_request"]
+    assert sent["response_format"]["json_schema"]["schema"]["required"] == ["status"]
+
+
+async def test_a_structured_answer_that_breaks_the_schema_is_reported(
+    client: AgentClient,
+) -> None:
+    session = await client.create_session("structured")
+    response = await client.run(session.session_id, "bad structured answer", timeout=30)
+    assert response.result.stop_reason == agent_pb2.STOP_REASON_INVALID_ANSWER
+    assert response.result.error.code == "invalid_answer"
+
+
+async def test_the_prompt_prefix_is_identical_across_turns(
+    client: AgentClient, sim: SimControl
+) -> None:
+    session = await client.create_session()
+    prefixes = []
+    for text in ("hello there", "and hello again", "three slow reads please"):
+        await client.run(session.session_id, text, timeout=30)
+        sent = (await sim.stats())["last_request"]
+        prefixes.append(orjson.dumps([sent["messages"][0], sent["tools"]]))
+    assert prefixes[0] == prefixes[1] == prefixes[2]
+    # The conversation grows behind the prefix: every turn is in the last request.
+    assert [m["content"] for m in sent["messages"] if m["role"] == "user"] == [
+        "hello there",
+        "and hello again",
+        "three slow reads please",
+    ]

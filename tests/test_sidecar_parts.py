@@ -1,0 +1,136 @@
+"""The sidecar's parts that need no process: config, catalog, enum parity."""
+
+from __future__ import annotations
+
+import enum
+
+import orjson
+import pytest
+
+from agentsidecar.v1 import agent_pb2, tool_pb2
+from sidecar.config import ConfigError, parse_config
+from sidecar.run import StageKind, StopReason, ToolAvailability, ToolCallStatus
+from sidecar.tools.catalog import ArgumentsInvalid, ToolCatalog
+
+
+@pytest.mark.parametrize(
+    ("plain", "proto", "prefix"),
+    [
+        (StopReason, agent_pb2.StopReason, "STOP_REASON_"),
+        (ToolCallStatus, agent_pb2.ToolCallStatus, "TOOL_CALL_STATUS_"),
+        (StageKind, agent_pb2.StageKind, "STAGE_KIND_"),
+        (ToolAvailability, agent_pb2.ToolAvailability, "TOOL_AVAILABILITY_"),
+    ],
+)
+def test_plain_enums_mirror_the_proto_enums_value_for_value(
+    plain: type[enum.IntEnum], proto: object, prefix: str
+) -> None:
+    names = {
+        name.removeprefix(prefix): number
+        for name, number in proto.items()  # type: ignore[attr-defined]
+        if not name.endswith("_UNSPECIFIED")
+    }
+    assert {m.name: m.value for m in plain} == names
+
+
+def test_the_default_config_is_valid_and_has_a_default_profile() -> None:
+    config = parse_config({})
+    assert "default" in config.profiles
+    assert config.model.base_url is None  # Groq with a key, the simulator without
+
+
+def test_config_errors_name_every_offending_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "tool_servers": [{"name": "a", "address": "x:1", "timeout": -1}],
+                "profiles": {"p": {"max_steps": 0}},
+                "modle": {},
+            }
+        )
+    message = str(info.value)
+    assert "tool_servers.0.timeout" in message
+    assert "profiles.p.max_steps" in message
+    assert "modle" in message
+
+
+def test_tool_server_names_must_be_unique() -> None:
+    with pytest.raises(ConfigError, match="repeated"):
+        parse_config(
+            {"tool_servers": [{"name": "a", "address": "x:1"}, {"name": "a", "address": "y:2"}]}
+        )
+
+
+def _listing(*tools: tool_pb2.ToolDescriptor, version: str = "v1") -> tool_pb2.ListToolsResponse:
+    return tool_pb2.ListToolsResponse(tools=tools, tool_set_version=version)
+
+
+def _tool(name: str, **facts: object) -> tool_pb2.ToolDescriptor:
+    schema = {
+        "type": "object",
+        "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}},
+        "required": ["sku"],
+    }
+    return tool_pb2.ToolDescriptor(
+        name=name, description=name, input_schema=orjson.dumps(schema).decode(), **facts
+    )
+
+
+def test_names_that_collide_across_servers_are_namespaced_by_server() -> None:
+    catalog = ToolCatalog()
+    catalog.set_server_order(["shop", "warehouse"])
+    catalog.update("warehouse", _listing(_tool("check_stock"), _tool("move")))
+    catalog.update("shop", _listing(_tool("check_stock"), _tool("price")))
+    assert [t.name for t in catalog.tools()] == [
+        "shop__check_stock",
+        "price",
+        "warehouse__check_stock",
+        "move",
+    ]
+    assert catalog.get("shop__check_stock").remote_name == "check_stock"  # type: ignore[union-attr]
+
+
+def test_the_models_tool_list_is_the_same_object_until_the_catalog_changes() -> None:
+    catalog = ToolCatalog()
+    catalog.update("shop", _listing(_tool("price")))
+    first = catalog.definitions("default", None, frozenset())
+    assert catalog.definitions("default", None, frozenset()) is first
+    assert not catalog.update("shop", _listing(_tool("price")))  # same version: no change
+    assert catalog.definitions("default", None, frozenset()) is first
+    assert catalog.update("shop", _listing(_tool("price"), _tool("tax"), version="v2"))
+    assert len(catalog.definitions("default", None, frozenset())) == 2
+    assert catalog.definitions("default", None, frozenset({"shop"})) == []
+
+
+def test_invalid_arguments_are_explained_for_the_model() -> None:
+    catalog = ToolCatalog()
+    catalog.update("shop", _listing(_tool("reserve")))
+    tool = catalog.get("reserve")
+    assert tool is not None
+    assert tool.parse_arguments('{"sku": "X-1", "quantity": 2}') == {"sku": "X-1", "quantity": 2}
+    with pytest.raises(ArgumentsInvalid, match="quantity"):
+        tool.parse_arguments('{"sku": "X-1", "quantity": "two"}')
+    with pytest.raises(ArgumentsInvalid, match="sku"):
+        tool.parse_arguments("{}")
+    with pytest.raises(ArgumentsInvalid, match="not valid JSON"):
+        tool.parse_arguments('{"sku": ')
+    with pytest.raises(ArgumentsInvalid, match="JSON object"):
+        tool.parse_arguments("[1]")
+
+
+def test_resource_key_templates_are_filled_from_the_arguments() -> None:
+    catalog = ToolCatalog()
+    catalog.update("shop", _listing(_tool("reserve", write_keys=["sku:{sku}", "ledger"])))
+    tool = catalog.get("reserve")
+    assert tool is not None
+    reads, writes = tool.resource_keys({"sku": "X-1"})
+    assert reads == frozenset() and writes == {"sku:X-1", "ledger"}
+
+
+def test_integers_beyond_double_precision_survive_validation_untouched() -> None:
+    catalog = ToolCatalog()
+    catalog.update("shop", _listing(_tool("reserve")))
+    tool = catalog.get("reserve")
+    assert tool is not None
+    big = 2**63 - 1
+    assert tool.parse_arguments(f'{{"sku": "a", "quantity": {big}}}')["quantity"] == big
