@@ -128,9 +128,8 @@ async def run_demo(*, json_output: bool = False) -> int:
         try:
             return await _demo(log, json_output)
         except Exception:
-            print(
-                f"demo failed; process logs follow:\n{Path(log.name).read_text()}", file=sys.stderr
-            )
+            log.seek(0)
+            print(f"demo failed; process logs follow:\n{log.read().decode()}", file=sys.stderr)
             raise
 
 

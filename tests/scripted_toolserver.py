@@ -36,7 +36,9 @@ from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 def _tool(name: str, properties: dict[str, Any], **facts: Any) -> tool_pb2.ToolDescriptor:
     schema = {"type": "object", "properties": properties, "required": list(properties)}
     return tool_pb2.ToolDescriptor(
-        name=name, description=f"Test tool {name}.", input_schema=orjson.dumps(schema).decode(),
+        name=name,
+        description=f"Test tool {name}.",
+        input_schema=orjson.dumps(schema).decode(),
         **facts,
     )
 

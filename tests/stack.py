@@ -7,8 +7,9 @@ simulator's control API over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ SCENARIO = TESTS / "sidecar_scenario.yaml"
 
 @contextmanager
 def simulator(*extra: str) -> Iterator[ServerProcess]:
-    proc = spawn(["-m", "sidecar.llm.simulator", "--port", "0", "--scenario", str(SCENARIO),
-                  *extra])
+    proc = spawn(
+        ["-m", "sidecar.llm.simulator", "--port", "0", "--scenario", str(SCENARIO), *extra]
+    )
     try:
         yield proc
     finally:
@@ -148,3 +150,15 @@ def finished_calls(
 
 def ms(duration: Any) -> float:
     return float(duration.seconds * 1000 + duration.nanos / 1e6)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, interval: float = 0.02
+) -> None:
+    """Poll another process's state until ``check`` holds; fail after ``timeout`` seconds.
+
+    For state that lives in another process, where no in-process event can signal it.
+    """
+    async with asyncio.timeout(timeout):
+        while not await check():  # noqa: ASYNC110 - the state is in another process
+            await asyncio.sleep(interval)

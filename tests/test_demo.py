@@ -24,7 +24,8 @@ def test_the_demo_answers_both_scenarios_with_their_tool_calls() -> None:
         assert result["toolCalls"] == calls
         assert result["answer"].startswith("[simulated]")
     assert "20250101" in founding["answer"]
-    tools = [s["name"] for s in presales["timeline"]["stages"] if s["kind"] == "STAGE_KIND_TOOL_CALL"]
+    stages = presales["timeline"]["stages"]
+    tools = [s["name"] for s in stages if s["kind"] == "STAGE_KIND_TOOL_CALL"]
     assert sorted(tools) == ["check_inventory", "get_discount", "get_price"]
 
 

@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from procs import spawn
 from stack import (
     SimControl,
+    eventually,
     finished_calls,
     run_events,
     scripted_toolserver,
@@ -45,6 +46,10 @@ async def _serving(health: health_pb2_grpc.HealthStub) -> bool:
         assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
         return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def _not_serving(health: health_pb2_grpc.HealthStub) -> bool:
+    return not await _serving(health)
 
 
 async def test_the_breaker_opens_lets_one_trial_through_and_closes(tmp_path: Path) -> None:
@@ -90,12 +95,12 @@ async def test_the_breaker_opens_lets_one_trial_through_and_closes(tmp_path: Pat
 
                 # The server heals; once the reset timeout passes, the tool is back.
                 await set_broken(tools.address, False)
-                async with asyncio.timeout(10):
-                    while (
-                        await _availability(client, session.session_id, "broken")
-                        != agent_pb2.TOOL_AVAILABILITY_AVAILABLE
-                    ):
-                        await asyncio.sleep(0.05)
+
+                async def available_again() -> bool:
+                    availability = await _availability(client, session.session_id, "broken")
+                    return availability == agent_pb2.TOOL_AVAILABILITY_AVAILABLE
+
+                await eventually(available_again)
 
                 # Half-open: of three concurrent calls exactly one is the trial.
                 events, _ = await run_events(client, "three broken")
@@ -123,9 +128,7 @@ async def test_a_tool_server_killed_mid_call_becomes_an_unavailable_result(
     tmp_path: Path,
 ) -> None:
     with simulator() as sim, scripted_toolserver() as tools:
-        config = sidecar_config(
-            sim, [{"name": "doomed", "address": tools.address, "timeout": 30}]
-        )
+        config = sidecar_config(sim, [{"name": "doomed", "address": tools.address, "timeout": 30}])
         with sidecar(config, tmp_path) as side:
             async with AgentClient(side.address) as client:
                 await client.wait_ready(20)
@@ -161,8 +164,7 @@ async def test_sigterm_lets_in_flight_runs_finish_and_refuses_new_ones(tmp_path:
                         if kind == "tool_call_started" and result is None:
                             side.send_signal(signal.SIGTERM)
                             # Draining: health flips, then new connections are refused.
-                            while await _serving(health):
-                                await asyncio.sleep(0.01)
+                            await eventually(lambda: _not_serving(health))
                         elif kind == "run_finished":
                             result = event.run_finished
                 assert result is not None
@@ -190,15 +192,14 @@ async def test_health_is_not_serving_until_the_tool_servers_are_discovered(
                 reply = await health.Check(health_pb2.HealthCheckRequest())
                 assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
                 late = spawn(
-                    [str(Path(__file__).parent / "scripted_toolserver.py"), "--port",
-                     address.rsplit(":", 1)[1]]
+                    [
+                        str(Path(__file__).parent / "scripted_toolserver.py"),
+                        "--port",
+                        address.rsplit(":", 1)[1],
+                    ]
                 )
                 try:
-                    async with asyncio.timeout(20):
-                        while (
-                            await health.Check(health_pb2.HealthCheckRequest())
-                        ).status != health_pb2.HealthCheckResponse.SERVING:
-                            await asyncio.sleep(0.05)
+                    await eventually(lambda: _serving(health), timeout=20)
                     async with AgentClient(side.address) as client:
                         _, result = await run_events(client, "three slow reads")
                         assert result.tool_calls == 3

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
 from agentsidecar.v1 import agent_pb2, tool_pb2
-from sidecar.config import ConfigError, parse_config
+from sidecar.config import (
+    ConfigError,
+    ModelConfig,
+    ProfileConfig,
+    ServerConfig,
+    ToolServerConfig,
+    parse_config,
+)
 from sidecar.run import StageKind, StopReason, ToolAvailability, ToolCallStatus
 from sidecar.tools.catalog import ArgumentsInvalid, ToolCatalog
 
@@ -134,3 +143,26 @@ def test_integers_beyond_double_precision_survive_validation_untouched() -> None
     assert tool is not None
     big = 2**63 - 1
     assert tool.parse_arguments(f'{{"sku": "a", "quantity": {big}}}')["quantity"] == big
+
+
+def _config_keys(model: type[BaseModel], prefix: str) -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys += _config_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def test_every_config_key_is_documented() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    keys = (
+        _config_keys(ServerConfig, "server.")
+        + _config_keys(ModelConfig, "model.")
+        + _config_keys(ProfileConfig, "profiles.NAME.")
+        + _config_keys(ToolServerConfig, "tool_servers[].")
+    )
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing

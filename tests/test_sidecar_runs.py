@@ -17,6 +17,7 @@ import pytest
 from procs import ServerProcess
 from stack import (
     SimControl,
+    eventually,
     finished_calls,
     ms,
     run_events,
@@ -168,9 +169,11 @@ async def test_a_tool_past_its_deadline_times_out_and_the_server_stops_it(
     assert 900 <= ms(finished.duration) < 5000  # the server's timeout is 1 s
     assert "timed out" in finished.content
     assert _stop(result) == "STOP_REASON_ANSWERED"
-    async with asyncio.timeout(5):
-        while (await tool_stats(tools_address))["cancelled"] <= before:
-            await asyncio.sleep(0.02)
+
+    async def server_saw_cancel() -> bool:
+        return bool((await tool_stats(tools_address))["cancelled"] > before)
+
+    await eventually(server_saw_cancel)
 
 
 async def test_an_unknown_tool_from_the_model_becomes_an_error_result(
@@ -301,14 +304,17 @@ async def test_cancelling_a_run_cancels_its_tool_calls(
         async for event in client.stream(session.session_id, "hang please"):
             if event.WhichOneof("event") == "tool_call_started":
                 break  # leaving the loop cancels the call
-        while (await tool_stats(tools_address))["cancelled"] <= before:
-            await asyncio.sleep(0.02)
-        # The cancelled turn is recorded, and the session is free again.
-        while True:
-            stored = await client.get_session(session.session_id)
-            if stored.turns:
-                break
-            await asyncio.sleep(0.02)
+
+    async def server_saw_cancel() -> bool:
+        return bool((await tool_stats(tools_address))["cancelled"] > before)
+
+    async def turn_recorded() -> bool:
+        return bool((await client.get_session(session.session_id)).turns)
+
+    await eventually(server_saw_cancel)
+    # The cancelled turn is recorded, and the session is free again.
+    await eventually(turn_recorded)
+    stored = await client.get_session(session.session_id)
     assert stored.turns[0].stop_reason == agent_pb2.STOP_REASON_CANCELLED
 
 
@@ -334,9 +340,7 @@ async def test_a_tool_that_needs_approval_waits_for_it(client: AgentClient) -> N
         seen.append(kind)
         if kind == "approval_required":
             assert event.approval_required.destructive
-            await client.approve(
-                session.session_id, event.approval_required.call_id, approved=True
-            )
+            await client.approve(session.session_id, event.approval_required.call_id, approved=True)
         elif kind == "run_finished":
             result = event.run_finished
     assert result is not None and seen.index("approval_required") < seen.index("run_finished")

@@ -1,0 +1,89 @@
+"""How a tool server is served, and the command line that sets it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Settings for serving a ``ToolServer``.
+
+    Attributes:
+        host: Interface to listen on. Default ``127.0.0.1``: a sidecar's tools are
+            local unless deliberately exposed.
+        port: Port to listen on. Default 0: any free port, announced on stdout.
+        grace: Seconds that running calls get to finish after SIGTERM before they
+            are cancelled. Default 10.
+        latency: Simulated latency in seconds added to every call, for demos and
+            benchmarks. Default 0.
+        tool_latency: Per-tool simulated latency in seconds, overriding ``latency``.
+            Default none.
+        sync_workers: Threads that run sync tools; more concurrent sync calls
+            queue. Default 32.
+        handle_signals: Drain on SIGTERM and SIGINT. Default True; turn off when
+            embedding the server in a program that handles signals itself.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    grace: float = 10.0
+    latency: float = 0.0
+    tool_latency: Mapping[str, float] = field(default_factory=dict)
+    sync_workers: int = 32
+    handle_signals: bool = True
+
+    def latency_for(self, tool_name: str) -> float:
+        """The simulated latency of one tool, in seconds."""
+        return self.tool_latency.get(tool_name, self.latency)
+
+
+def parse_serve_args(
+    prog: str, argv: Sequence[str] | None, tool_names: Sequence[str]
+) -> tuple[ServeOptions, str]:
+    """Parse a tool server's command line into options and a log level.
+
+    Exits with a usage message (argparse's behaviour) on a bad flag, including
+    a ``--latency`` naming a tool the server does not offer.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=f"Serve the {prog} tools over gRPC.")
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    parser.add_argument(
+        "--grace", type=float, default=10.0, help="seconds to finish calls on SIGTERM (default 10)"
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="simulated latency added to every tool call"
+    )
+    parser.add_argument(
+        "--latency",
+        action="append",
+        default=[],
+        metavar="TOOL=MS",
+        help="simulated latency for one tool (repeatable)",
+    )
+    parser.add_argument("--sync-workers", type=int, default=32, help="threads for sync tools")
+    parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
+    args = parser.parse_args(argv)
+    per_tool: dict[str, float] = {}
+    for item in args.latency:
+        tool, sep, millis = item.partition("=")
+        if not sep or tool not in tool_names:
+            parser.error(
+                f"--latency {item!r}: expected TOOL=MS with TOOL one of {list(tool_names)}"
+            )
+        try:
+            per_tool[tool] = float(millis) / 1000
+        except ValueError:
+            parser.error(f"--latency {item!r}: {millis!r} is not a number of milliseconds")
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        grace=args.grace,
+        latency=args.latency_ms / 1000,
+        tool_latency=per_tool,
+        sync_workers=args.sync_workers,
+    )
+    return options, str(args.log_level).upper()

@@ -1,0 +1,152 @@
+"""Serve a set of tools: the gRPC server, health, reflection, signals and the drain.
+
+Shutdown order on SIGTERM (or SIGINT):
+
+1. New tool calls are refused with UNAVAILABLE, so a caller retries elsewhere.
+   (Left to ``server.stop()``, grpc would answer CANCELLED, which callers do
+   not retry.)
+2. Health turns NOT_SERVING for every service, so watchers prune this server.
+3. Running calls get the grace period to finish; a second signal ends the wait.
+4. The server stops; calls still running are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from agentsidecar.v1 import tool_pb2_grpc
+from toolservers._descriptors import list_tools_response
+from toolservers._exceptions import ToolServerError
+from toolservers._options import ServeOptions
+from toolservers._runner import ToolRunner
+from toolservers._service import SERVICE_NAME, ToolService
+from toolservers._tool import Tool
+
+logger = logging.getLogger("toolservers")
+
+# After the tool calls have drained, how long other RPCs get to end. Health
+# Watch streams never end on their own; this bounds how long they hold the
+# stop up, and gives them time to deliver NOT_SERVING first.
+_FINAL_GRACE = 0.25
+
+_HEALTH_SERVICE: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+
+async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOptions) -> None:
+    """Serve ``tools`` until a signal (or cancellation), then drain; see the module docstring.
+
+    Raises:
+        ToolServerError: the address cannot be bound.
+    """
+    executor = ThreadPoolExecutor(options.sync_workers, thread_name_prefix=f"{server_name}-tool")
+    runners = {
+        tool.name: ToolRunner(tool, executor, options.latency_for(tool.name)) for tool in tools
+    }
+    service = ToolService(runners, list_tools_response(tools))
+    health = HealthServicer()
+    # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(service, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, _HEALTH_SERVICE, reflection.SERVICE_NAME), server
+    )
+    address = f"{_host_literal(options.host)}:{options.port}"
+    signals = _Signals()
+    try:
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise ToolServerError(f"{server_name}: cannot listen on {address}: {exc}") from exc
+        await server.start()
+        for service_name in ("", SERVICE_NAME):
+            await health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        if options.handle_signals:
+            signals.install()
+        logger.info("%s: %d tools on %s", server_name, len(runners), address)
+        print(f"listening on {_host_literal(options.host)}:{port}", flush=True)
+        await signals.first.wait()
+        await _drain(server, service, health, options.grace, signals.second)
+    finally:
+        signals.remove()
+        await server.stop(None)
+        # Sync tools still running finish in their threads; their results are dropped.
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def _drain(
+    server: grpc.aio.Server,
+    service: ToolService,
+    health: HealthServicer,
+    grace: float,
+    hurry: asyncio.Event,
+) -> None:
+    # Refuse first, then announce: whoever sees NOT_SERVING is refused too.
+    service.begin_drain()
+    await health.enter_graceful_shutdown()
+    logger.info("draining: %d calls running, up to %.1fs to finish", service.in_flight, grace)
+    idle = asyncio.ensure_future(service.wait_idle())
+    hurried = asyncio.ensure_future(hurry.wait())
+    try:
+        await asyncio.wait((idle, hurried), timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        idle.cancel()
+        hurried.cancel()
+    if service.in_flight:
+        logger.warning("cancelling %d calls still running", service.in_flight)
+        await server.stop(None)
+    else:
+        await server.stop(_FINAL_GRACE)
+    logger.info("stopped")
+
+
+class _Signals:
+    """SIGTERM/SIGINT as two events: the first signal, and any later one."""
+
+    def __init__(self) -> None:
+        self.first = asyncio.Event()
+        self.second = asyncio.Event()
+        self._installed: list[signal.Signals] = []
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._received, sig)
+            self._installed.append(sig)
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._installed:
+            loop.remove_signal_handler(sig)
+        self._installed.clear()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if self.first.is_set():
+            logger.info("%s again: stopping without waiting", sig.name)
+            self.second.set()
+        else:
+            logger.info("%s: draining", sig.name)
+            self.first.set()
+
+
+def _host_literal(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (and unavailable on Windows)
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
