@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -95,6 +95,9 @@ class ModelConfig(_Strict):
     """Let the model ask for several tool calls in one step."""
     timeout: float = Field(60.0, gt=0)
     """Seconds one model request may take, further capped by the run's remaining time."""
+    transport: Literal["direct", "sdk"] = "direct"
+    """How requests are sent: ``direct`` through one aiohttp session (fastest), ``sdk``
+    through ``openai.AsyncOpenAI`` (raw bytes in and out). Both send the same request."""
     retry: ModelRetryPolicy = ModelRetryPolicy()
     """Retries of failed model requests."""
 

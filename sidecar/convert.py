@@ -6,7 +6,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
-from sidecar.llm.model import ProviderTiming, Usage
+from sidecar.llm.model import Usage
 from sidecar.run import (
     ModelCallDetail,
     RunOutcome,
@@ -36,40 +36,44 @@ def usage(u: Usage) -> agent_pb2.TokenUsage:
     )
 
 
-def _provider(stage: agent_pb2.ModelCallTiming, p: ProviderTiming) -> None:
-    if p.queue_time is not None:
-        stage.provider_queue_time.CopyFrom(duration(p.queue_time))
-    if p.prompt_time is not None:
-        stage.provider_prompt_time.CopyFrom(duration(p.prompt_time))
-    if p.completion_time is not None:
-        stage.provider_completion_time.CopyFrom(duration(p.completion_time))
+def _optional(seconds: float | None) -> Duration | None:
+    return None if seconds is None else duration(seconds)
+
+
+def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
+    p = d.provider
+    return agent_pb2.ModelCallTiming(
+        time_to_first_token=_optional(d.time_to_first_token),
+        provider_queue_time=_optional(p.queue_time),
+        provider_prompt_time=_optional(p.prompt_time),
+        provider_completion_time=_optional(p.completion_time),
+        usage=usage(d.usage),
+        attempts=d.attempts,
+    )
+
+
+def _tool_call(d: ToolCallDetail) -> agent_pb2.ToolCallTiming:
+    return agent_pb2.ToolCallTiming(
+        call_id=d.call_id,
+        status=int(d.status),  # type: ignore[arg-type]
+        handler_duration=_optional(d.handler_duration),
+        attempts=d.attempts,
+        wait_duration=duration(d.wait_duration),
+    )
 
 
 def stage(s: Stage) -> agent_pb2.Stage:
-    message = agent_pb2.Stage(
+    # Built with keyword arguments in one go: CopyFrom into sub-messages costs more.
+    detail = s.detail
+    return agent_pb2.Stage(
         kind=int(s.kind),  # type: ignore[arg-type]
         name=s.name,
         step=s.step,
         start_offset=duration(s.start),
         duration=duration(s.duration),
+        model_call=_model_call(detail) if isinstance(detail, ModelCallDetail) else None,
+        tool_call=_tool_call(detail) if isinstance(detail, ToolCallDetail) else None,
     )
-    detail = s.detail
-    if isinstance(detail, ModelCallDetail):
-        timing = message.model_call
-        timing.attempts = detail.attempts
-        timing.usage.CopyFrom(usage(detail.usage))
-        if detail.time_to_first_token is not None:
-            timing.time_to_first_token.CopyFrom(duration(detail.time_to_first_token))
-        _provider(timing, detail.provider)
-    elif isinstance(detail, ToolCallDetail):
-        tool = message.tool_call
-        tool.call_id = detail.call_id
-        tool.status = int(detail.status)  # type: ignore[assignment]
-        tool.attempts = detail.attempts
-        tool.wait_duration.CopyFrom(duration(detail.wait_duration))
-        if detail.handler_duration is not None:
-            tool.handler_duration.CopyFrom(duration(detail.handler_duration))
-    return message
 
 
 def timeline(stages: list[Stage], total: float) -> agent_pb2.Timeline:

@@ -84,6 +84,7 @@ class Sidecar:
             temperature=model.temperature,
             max_tokens=model.max_tokens,
             parallel_tool_calls=model.parallel_tool_calls,
+            transport=model.transport,
         )
 
     async def start(self) -> int:

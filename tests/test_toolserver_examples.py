@@ -11,7 +11,8 @@ import pytest
 from procs import ServerProcess, spawn
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
-from toolservers import cli
+from toolservers import ToolContext, cli
+from toolservers.examples import shop as shop_tools
 
 WAIT = 10.0
 LATENCY_MS = 20
@@ -219,3 +220,11 @@ def test_the_console_script_rejects_an_unknown_example_naming_the_known_ones() -
         cli.main(["nonesuch"])
 
     assert "orders, logistics, shop" in str(raised.value.code)
+
+
+async def test_a_tool_stays_a_plain_function_callable_with_a_standalone_context() -> None:
+    reservation = await shop_tools.reserve_stock(
+        "SKU-LOCAL", 1, ToolContext("local-1", "reserve_stock")
+    )
+
+    assert (reservation.sku, reservation.reserved) == ("SKU-LOCAL", 1)

@@ -24,10 +24,17 @@ class ToolContext:
                 await ctx.report_progress(done, rows)
             return "exported"
 
-    Attributes:
+    The server builds one per call. To unit-test a tool directly, build one
+    yourself: ``ToolContext("call-1", "export")`` has no deadline, no metadata,
+    and drops progress reports.
+
+    Args:
         call_id: The caller's id for this call (the model's tool-call id when the
             sidecar calls); may be empty.
         tool_name: The name of the tool being called.
+        grpc_context: The call's ``grpc.aio.ServicerContext``; None outside a server.
+        write: Where progress reports go (the stream's ``write``); None drops them.
+        latency: Simulated latency in seconds for ``simulate_latency``.
     """
 
     __slots__ = (
@@ -44,7 +51,7 @@ class ToolContext:
         self,
         call_id: str,
         tool_name: str,
-        grpc_context: Any,
+        grpc_context: Any = None,
         write: ProgressWriter | None = None,
         latency: float = 0.0,
     ) -> None:
@@ -59,11 +66,15 @@ class ToolContext:
 
     def time_remaining(self) -> float | None:
         """Seconds left before the call's deadline, or None when the caller set none."""
+        if self._grpc_context is None:
+            return None
         remaining: float | None = self._grpc_context.time_remaining()
         return remaining
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         """The gRPC metadata the caller sent (trace context, auth...), as key-value pairs."""
+        if self._grpc_context is None:
+            return ()
         return tuple((key, value) for key, value in self._grpc_context.invocation_metadata() or ())
 
     async def report_progress(self, progress: float, total: float = 0.0, message: str = "") -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from toolservers._definition import Seconds, define_tool
-from toolservers._exceptions import ToolDefinitionError
+from toolservers._exceptions import ToolDefinitionError, ToolServerError
 from toolservers._options import ServeOptions, parse_serve_args
 from toolservers._serving import run_event_loop, serve_tools
 from toolservers._tool import Tool
@@ -190,7 +190,10 @@ class ToolServer:
             level=log_level,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        run_event_loop(self.serve(options))
+        try:
+            run_event_loop(self.serve(options))
+        except ToolServerError as exc:
+            sys.exit(f"{self.name}: {exc}")
 
     async def serve(self, options: ServeOptions | None = None) -> None:
         """Serve until SIGTERM or SIGINT (or until cancelled), then drain.

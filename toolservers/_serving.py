@@ -67,14 +67,15 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         try:
             port = server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise ToolServerError(f"{server_name}: cannot listen on {address}: {exc}") from exc
+            raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
         await server.start()
         for service_name in ("", SERVICE_NAME):
             await health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
         if options.handle_signals:
             signals.install()
-        logger.info("%s: %d tools on %s", server_name, len(runners), address)
-        print(f"listening on {_host_literal(options.host)}:{port}", flush=True)
+        listening = f"{_host_literal(options.host)}:{port}"
+        logger.info("%s: serving %d tools on %s", server_name, len(runners), listening)
+        print(f"listening on {listening}", flush=True)
         await signals.first.wait()
         await _drain(server, service, health, options.grace, signals.second)
     finally:

@@ -39,13 +39,14 @@ class Tool:
     is_async: bool
     input_schema: Mapping[str, Any]
     output_schema: Mapping[str, Any] | None
-    read_only: bool = False
-    idempotent: bool = False
-    destructive: bool = False
-    requires_approval: bool = False
-    read_keys: tuple[str, ...] = ()
-    write_keys: tuple[str, ...] = ()
-    timeout: timedelta | None = None
-    cache_ttl: timedelta | None = None
-    version: str = ""
-    signature: CallSignature | None = field(default=None, repr=False, compare=False)
+    read_only: bool
+    idempotent: bool
+    destructive: bool
+    requires_approval: bool
+    read_keys: tuple[str, ...]
+    write_keys: tuple[str, ...]
+    timeout: timedelta | None
+    cache_ttl: timedelta | None
+    version: str
+    #: How calls are validated and results encoded; internal.
+    signature: CallSignature = field(repr=False, compare=False)

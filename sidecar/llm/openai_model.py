@@ -1,47 +1,45 @@
-"""The model behind the seam: any OpenAI-compatible endpoint through ``openai.AsyncOpenAI``.
+"""The model behind the seam: any OpenAI-compatible chat-completions endpoint.
 
-Retries are ours, not the client's (``max_retries=0``): a 429 waits what ``retry-after``
-says, 498 / 5xx / connection errors back off with full jitter, and every wait fits inside
-the run's remaining time or the retries stop. ``tool_use_failed`` is surfaced as
+Retries are ours (tenacity), not the client's: a 429 waits what ``retry-after`` says,
+498 / 5xx / connection errors back off with full jitter, and every wait fits inside the
+run's remaining time or the retries stop. ``tool_use_failed`` is surfaced as
 :class:`ToolUseFailed` for the loop's repair round; other 4xx are final.
+
+The request body is serialized once (orjson) and the response parsed once, into plain
+values; :mod:`sidecar.llm.transport` carries the bytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 from typing import Any
 
-import openai
+import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from sidecar.config import ModelRetryPolicy
 from sidecar.llm.model import (
     ModelError,
     ModelRequest,
-    ModelRequestRejected,
     ModelResponse,
     ModelUnavailable,
     ProviderTiming,
     TextSink,
     ToolCall,
-    ToolUseFailed,
     Usage,
 )
+from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
 
 log = logging.getLogger(__name__)
 
-_RETRYABLE_STATUS = frozenset({408, 409, 429, 498, 500, 502, 503, 504})
-_REJECTED_CODES = {
-    401: "model_unauthenticated",
-    403: "model_permission_denied",
-    404: "model_not_found",
-}
+_INCLUDE_USAGE = {"include_usage": True}
 
 
 class OpenAICompatibleModel:
-    """A :class:`~sidecar.llm.model.Model` over one shared ``AsyncOpenAI`` client."""
+    """A :class:`~sidecar.llm.model.Model` over one shared HTTP transport."""
 
     def __init__(
         self,
@@ -54,15 +52,11 @@ class OpenAICompatibleModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         parallel_tool_calls: bool = True,
+        transport: str = "direct",
     ) -> None:
         self.name = model
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=0,
-            timeout=timeout,
-            http_client=openai.DefaultAioHttpClient(),
-        )
+        kind = DirectTransport if transport == "direct" else SdkTransport
+        self._transport: Transport = kind(base_url, api_key, timeout)
         self._retry = retry
         self._timeout = timeout
         # Parameters that never change between calls are built once.
@@ -74,7 +68,7 @@ class OpenAICompatibleModel:
         self._parallel_tool_calls = parallel_tool_calls
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._transport.close()
 
     async def complete(
         self, request: ModelRequest, on_text: TextSink | None = None
@@ -92,56 +86,58 @@ class OpenAICompatibleModel:
             # Text already streamed to the caller cannot be taken back: no retry then.
             return isinstance(exc, ModelUnavailable) and exc.retryable and not emitted
 
+        async def attempt() -> ModelResponse:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ModelUnavailable(
+                    "model_timeout",
+                    "the run's time ran out before the model answered",
+                    retryable=False,
+                )
+            if request.stream:
+                return await self._stream(request, remaining, sink)
+            return await self._create(request, remaining)
+
+        # The first attempt runs bare: tenacity's bookkeeping is paid only on a retry.
+        try:
+            return await attempt()
+        except ModelError as exc:
+            if not retryable(exc) or self._retry.max_attempts < 2:
+                raise
+            first = exc
+        await asyncio.sleep(self._delay(first, 1, deadline))
+        attempts = 1
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._retry.max_attempts),
-            wait=self._wait_strategy(deadline),
+            stop=stop_after_attempt(self._retry.max_attempts - 1),
+            wait=lambda state: self._delay(_error(state), state.attempt_number + 1, deadline),
             retry=retry_if_exception(retryable),
             reraise=True,
         )
-        attempts = 0
-        async for attempt in retrying:
-            with attempt:
+        async for retry in retrying:
+            with retry:
                 attempts += 1
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ModelUnavailable(
-                        "model_timeout",
-                        "the run's time ran out before the model answered",
-                        retryable=False,
-                    )
-                if request.stream:
-                    response = await self._stream(request, remaining, sink)
-                else:
-                    response = await self._create(request, remaining)
+                response = await attempt()
                 response.attempts = attempts
                 return response
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    def _wait_strategy(self, deadline: float) -> Any:
+    def _delay(self, exc: BaseException | None, attempt: int, deadline: float) -> float:
+        """Seconds to wait before retry number ``attempt``; raise when the run can't wait."""
         policy = self._retry
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            retry_after = exc.retry_after if isinstance(exc, ModelError) else None
-            if retry_after is not None:
-                delay = float(retry_after)
-            else:
-                cap = min(
-                    policy.max_backoff, policy.initial_backoff * 2 ** (state.attempt_number - 1)
-                )
-                delay = random.uniform(0, cap)  # full jitter
-            if time.monotonic() + delay >= deadline:
-                # Waiting would outlive the run: stop now with the error we have.
-                if isinstance(exc, ModelError):
-                    exc.retryable = False
-                raise (
-                    exc
-                    if exc is not None
-                    else ModelUnavailable("model_timeout", "no time left to retry", retryable=False)
-                )
-            return delay
-
-        return wait
+        retry_after = exc.retry_after if isinstance(exc, ModelError) else None
+        if retry_after is not None:
+            delay = float(retry_after)
+        else:
+            cap = min(policy.max_backoff, policy.initial_backoff * 2 ** (attempt - 1))
+            delay = random.uniform(0, cap)  # full jitter
+        if time.monotonic() + delay >= deadline:
+            # Waiting would outlive the run: stop now with the error we have.
+            raise (
+                exc
+                if exc is not None
+                else ModelUnavailable("model_timeout", "no time left to retry", retryable=False)
+            )
+        return delay
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = dict(self._fixed)
@@ -156,70 +152,92 @@ class OpenAICompatibleModel:
             }
         return params
 
+    def _body(self, request: ModelRequest, stream: bool) -> bytes:
+        params = self._params(request)
+        if stream:
+            params["stream"] = True
+            params["stream_options"] = _INCLUDE_USAGE
+        return orjson.dumps(params)
+
     async def _create(self, request: ModelRequest, timeout: float) -> ModelResponse:
+        content = await self._transport.complete(self._body(request, False), timeout)
         try:
-            completion = await self._client.chat.completions.create(
-                **self._params(request), timeout=timeout
-            )
-        except openai.APIError as exc:
-            raise _translate(exc) from exc
-        choice = completion.choices[0]
-        message = choice.message
+            body = orjson.loads(content)
+            choice = body["choices"][0]
+            message = choice["message"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise ModelUnavailable(
+                "model_bad_response",
+                f"the model endpoint sent an unreadable response: {exc}",
+                retryable=True,
+            ) from None
         calls = [
-            ToolCall(c.id, c.function.name, c.function.arguments or "")
-            for c in (message.tool_calls or ())
-            if c.type == "function"
+            ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
+            for c in message.get("tool_calls") or ()
+            if c.get("type", "function") == "function"
         ]
+        usage = body.get("usage")
         return ModelResponse(
-            text=message.content or "",
+            text=message.get("content") or "",
             tool_calls=calls,
-            finish_reason=choice.finish_reason or "stop",
-            usage=_usage(completion.usage),
-            provider=_provider_timing(completion.usage),
+            finish_reason=choice.get("finish_reason") or "stop",
+            usage=_usage(usage),
+            provider=_provider_timing(usage),
         )
 
     async def _stream(self, request: ModelRequest, timeout: float, sink: TextSink) -> ModelResponse:
         started = time.perf_counter()
         first_token: float | None = None
         parts: list[str] = []
-        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments...]
+        calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
         finish_reason = "stop"
-        usage_obj: Any = None
+        usage: Any = None
+        lines = self._transport.stream(self._body(request, True), timeout)
         try:
-            stream = await self._client.chat.completions.create(
-                **self._params(request),
-                stream=True,
-                stream_options={"include_usage": True},
-                timeout=timeout,
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage_obj = chunk.usage
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    delta = choice.delta
-                    if first_token is None and (delta.content or delta.tool_calls):
-                        first_token = time.perf_counter() - started
-                    if delta.content:
-                        parts.append(delta.content)
-                        sink(delta.content)
-                    for frag in delta.tool_calls or ():
-                        entry = calls.get(frag.index)
-                        if entry is None:
-                            entry = calls[frag.index] = ["", ""]
-                        if frag.id:
-                            entry[0] = frag.id
-                        if frag.function is not None:
-                            if frag.function.name:
-                                entry[1] += frag.function.name
-                            if frag.function.arguments:
-                                entry.append(frag.function.arguments)
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
-        except openai.APIError as exc:
-            raise _translate(exc) from exc
+            async for line in lines:
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                chunk = orjson.loads(data)
+                if "error" in chunk:
+                    raise _stream_error(chunk["error"])
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                choices = chunk.get("choices")
+                if not choices:
+                    continue
+                choice = choices[0]
+                delta = choice.get("delta") or {}
+                content = delta.get("content")
+                fragments = delta.get("tool_calls")
+                if first_token is None and (content or fragments):
+                    first_token = time.perf_counter() - started
+                if content:
+                    parts.append(content)
+                    sink(content)
+                for fragment in fragments or ():
+                    entry = calls.get(fragment.get("index", 0))
+                    if entry is None:
+                        entry = calls[fragment.get("index", 0)] = ["", ""]
+                    if fragment.get("id"):
+                        entry[0] = fragment["id"]
+                    function = fragment.get("function") or {}
+                    if function.get("name"):
+                        entry[1] += function["name"]
+                    if function.get("arguments"):
+                        entry.append(function["arguments"])
+                if choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+        except orjson.JSONDecodeError as exc:
+            raise ModelUnavailable(
+                "model_bad_response",
+                f"the model endpoint sent an unreadable chunk: {exc}",
+                retryable=True,
+            ) from None
+        finally:
+            await lines.aclose()
         tool_calls = [
             ToolCall(entry[0], entry[1], "".join(entry[2:])) for _, entry in sorted(calls.items())
         ]
@@ -227,78 +245,40 @@ class OpenAICompatibleModel:
             text="".join(parts),
             tool_calls=tool_calls,
             finish_reason=finish_reason,
-            usage=_usage(usage_obj),
-            provider=_provider_timing(usage_obj),
+            usage=_usage(usage),
+            provider=_provider_timing(usage),
             time_to_first_token=first_token,
         )
 
 
+def _error(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome else None
+
+
 def _usage(usage: Any) -> Usage:
-    if usage is None:
+    if not usage:
         return Usage()
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    details = usage.get("prompt_tokens_details") or {}
     return Usage(
-        prompt_tokens=usage.prompt_tokens or 0,
-        completion_tokens=usage.completion_tokens or 0,
-        cached_prompt_tokens=cached or 0,
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+        cached_prompt_tokens=details.get("cached_tokens") or 0,
     )
 
 
 def _provider_timing(usage: Any) -> ProviderTiming:
     # Groq adds queue_time / prompt_time / completion_time (seconds) to the usage object.
-    if usage is None:
+    if not usage:
         return ProviderTiming()
     return ProviderTiming(
-        queue_time=getattr(usage, "queue_time", None),
-        prompt_time=getattr(usage, "prompt_time", None),
-        completion_time=getattr(usage, "completion_time", None),
+        queue_time=usage.get("queue_time"),
+        prompt_time=usage.get("prompt_time"),
+        completion_time=usage.get("completion_time"),
     )
 
 
-def _retry_after(headers: Any) -> float | None:
-    for name in ("retry-after-ms", "retry-after"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            continue
-        return seconds / 1000 if name.endswith("-ms") else seconds
-    return None
-
-
-def _translate(exc: openai.APIError) -> ModelError:
-    """Map an ``openai`` error onto the seam's exception tree."""
-    if isinstance(exc, openai.APITimeoutError):
-        return ModelUnavailable("model_timeout", "the model request timed out", retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        return ModelUnavailable(
-            "model_unreachable", f"cannot reach the model endpoint: {exc}", retryable=True
-        )
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        body = exc.body if isinstance(exc.body, dict) else {}
-        error = body.get("error", body) if isinstance(body, dict) else {}
-        if not isinstance(error, dict):
-            error = {}
-        message = str(error.get("message") or exc.message)
-        if status == 400 and error.get("code") == "tool_use_failed":
-            return ToolUseFailed(message, str(error.get("failed_generation") or ""))
-        if status in _RETRYABLE_STATUS:
-            code = "model_rate_limited" if status == 429 else "model_unavailable"
-            return ModelUnavailable(
-                code,
-                f"model endpoint answered {status}: {message}",
-                retryable=True,
-                status=status,
-                retry_after=_retry_after(exc.response.headers),
-            )
-        return ModelRequestRejected(
-            _REJECTED_CODES.get(status, "model_bad_request"),
-            f"model endpoint rejected the request ({status}): {message}",
-            retryable=False,
-            status=status,
-        )
-    return ModelUnavailable("model_error", str(exc), retryable=False)
+def _stream_error(error: Any) -> ModelError:
+    message = str(error.get("message") if isinstance(error, dict) else error)
+    return ModelUnavailable(
+        "model_stream_error", f"the model stream failed: {message}", retryable=True
+    )

@@ -21,12 +21,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from agentsidecar.v1 import tool_pb2
+from sidecar.config import RetryPolicy
 from sidecar.llm.model import ToolCall
 from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
 from sidecar.tools.breaker import BreakerOpenError
@@ -224,10 +224,15 @@ class Dispatcher:
             return await _call(connection, request, remaining, metadata)
 
         try:
-            if tool.idempotent and connection.config.retry.max_attempts > 1:
-                result = await self._with_retries(attempt, connection, call_deadline)
-            else:
+            try:
                 result = await attempt()
+            except _Failed as exc:
+                # Retries only for idempotent tools, only on codes that say "try again";
+                # tenacity's bookkeeping is paid only then.
+                retry = connection.config.retry
+                if not (tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE):
+                    raise
+                result = await _retry(attempt, retry, call_deadline, exc)
         except BreakerOpenError:
             return ToolOutcome(
                 call.id,
@@ -280,37 +285,33 @@ class Dispatcher:
             wait,
         )
 
-    async def _with_retries(
-        self,
-        attempt: Callable[[], Awaitable[tool_pb2.ToolResult]],
-        connection: ToolServerConnection,
-        call_deadline: float,
-    ) -> tool_pb2.ToolResult:
-        policy = connection.config.retry
 
-        def wait(state: RetryCallState) -> float:
-            cap = min(
-                policy.max_backoff,
-                policy.initial_backoff * policy.multiplier ** (state.attempt_number - 1),
-            )
-            delay = random.uniform(cap / 2, cap)
-            if time.monotonic() + delay >= call_deadline:
-                exc = state.outcome.exception() if state.outcome else None
-                raise (
-                    exc
-                    if exc is not None
-                    else _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left to retry")
-                )
-            return delay
+async def _retry(
+    attempt: Callable[[], Awaitable[tool_pb2.ToolResult]],
+    policy: RetryPolicy,
+    call_deadline: float,
+    first: _Failed,
+) -> tool_pb2.ToolResult:
+    """Attempts 2..N of an idempotent call whose first attempt failed with ``first``."""
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.max_attempts),
-            wait=wait,
-            retry=retry_if_exception(lambda e: isinstance(e, _Failed) and e.code in _RETRYABLE),
-            reraise=True,
-        )
-        result: Any = await retrying(attempt)
-        return result  # type: ignore[no-any-return]
+    def delay(exc: BaseException | None, retry_number: int) -> float:
+        cap = min(policy.max_backoff, policy.initial_backoff * policy.multiplier**retry_number)
+        seconds = random.uniform(cap / 2, cap)
+        if time.monotonic() + seconds >= call_deadline:
+            raise exc if exc is not None else first  # no time left to wait
+        return seconds
+
+    await asyncio.sleep(delay(first, 0))
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(policy.max_attempts - 1),
+        wait=lambda state: delay(
+            state.outcome.exception() if state.outcome else None, state.attempt_number
+        ),
+        retry=retry_if_exception(lambda e: isinstance(e, _Failed) and e.code in _RETRYABLE),
+        reraise=True,
+    )
+    result: tool_pb2.ToolResult = await retrying(attempt)
+    return result
 
 
 async def _call(

@@ -1,0 +1,1 @@
+"""Benchmarks: the sidecar against the peers a user would pick instead, side by side."""
