@@ -51,7 +51,6 @@ class Contender:
                 )
             )
             for call, result in zip(calls, results, strict=True):
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": orjson.dumps(result).decode()}
-                )
+                content = orjson.dumps(result).decode()
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
         raise RuntimeError("no answer after 4 model calls")
