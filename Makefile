@@ -7,7 +7,7 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
-.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean
+.PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+install-bench: $(VENV)/.bench-installed
+
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $@
+
+## bench: the benchmark against the peers; writes docs/benchmarks.md (several minutes).
+bench: install-bench
+	$(PY) -m bench.run
 
 $(BUF):
 	mkdir -p .tools

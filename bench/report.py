@@ -1,0 +1,296 @@
+"""Turn a benchmark run's samples into ``docs/benchmarks.md`` and its charts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.stats import median, percentile
+
+LABELS = {
+    "sidecar": "agent-sidecar (gRPC, tools in separate processes)",
+    "floor": "floor: hand-written asyncio + aiohttp, tools in-process",
+    "textbook": "textbook loop: sync openai, tools one after another",
+    "textbook_threads": "textbook loop, tools on a thread pool",
+    "langgraph_react": "LangGraph create_react_agent",
+    "langchain_agent": "LangChain create_agent",
+    "openai_agents": "OpenAI Agents SDK",
+}
+FRAMEWORKS = ("langgraph_react", "langchain_agent", "openai_agents")
+
+
+def _zero(batches: list[dict[str, Any]], runs: int) -> dict[str, float]:
+    return {
+        "rps": median([runs / b["wall_s"] for b in batches]),
+        "cpu_ms": median([b["cpu_s"] / runs * 1000 for b in batches]),
+        "client_cpu_ms": median([b.get("client_cpu_s", 0.0) / runs * 1000 for b in batches]),
+    }
+
+
+def _latency(batches: list[dict[str, Any]], ideal: float) -> dict[str, float]:
+    samples = [x for b in batches for x in b["latencies_ms"]]
+    return {
+        "p50": median(samples),
+        "p99": percentile(samples, 99),
+        "overhead_p50": median(samples) - ideal,
+        "overhead_p99": percentile(samples, 99) - ideal,
+    }
+
+
+def metrics(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per scenario, per contender: the figures the tables show."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for name, scenario in results["scenarios"].items():
+        rows = {}
+        for contender, batches in scenario["batches"].items():
+            row = _zero(batches, scenario["runs"])
+            row.update(_latency(batches, scenario["ideal_ms"]))
+            rows[contender] = row
+        table[name] = rows
+    return table
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(target, measured, goal, met) for each target the issue sets."""
+    m = metrics(results)
+    out: list[tuple[str, str, str, bool]] = []
+    z1, z32 = m["zero-c1"], m["zero-c32"]
+    cpu = z1["sidecar"]["cpu_ms"]
+    worst_ratio = min(z1[f]["cpu_ms"] for f in FRAMEWORKS) / cpu
+    out.append(("sidecar CPU per run, zero latency", f"{cpu:.2f} ms", "≤ 1.5 ms", cpu <= 1.5))
+    out.append(("… vs each framework", f"{worst_ratio:.1f}x less", "≥ 5x", worst_ratio >= 5))
+    rps = z32["sidecar"]["rps"]
+    rps_ratio = rps / max(z32[f]["rps"] for f in FRAMEWORKS)
+    out.append(("runs/s, zero latency, concurrency 32", f"{rps:.0f}", "≥ 600", rps >= 600))
+    out.append(("… vs each framework", f"{rps_ratio:.1f}x", "≥ 5x", rps_ratio >= 5))
+    r1 = m["realistic-c1"]["sidecar"]
+    out.append(
+        (
+            "overhead P50, realistic, concurrency 1",
+            f"{r1['overhead_p50']:.1f} ms",
+            "≤ 3 ms",
+            r1["overhead_p50"] <= 3,
+        )
+    )
+    r32 = m["realistic-c32"]["sidecar"]
+    out.append(
+        (
+            "overhead P50, realistic, concurrency 32",
+            f"{r32['overhead_p50']:.1f} ms",
+            "≤ 6 ms",
+            r32["overhead_p50"] <= 6,
+        )
+    )
+    out.append(
+        (
+            "overhead P99, realistic, concurrency 32",
+            f"{r32['overhead_p99']:.1f} ms",
+            "≤ 20 ms",
+            r32["overhead_p99"] <= 20,
+        )
+    )
+    fan = median(results["fanout"]["32"])
+    out.append(("tool stage, 32 parallel 20 ms tools", f"{fan:.1f} ms", "≤ 25 ms", fan <= 25))
+    return out
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = ["target                                   measured      goal      "]
+    for name, measured, goal, met in targets(results):
+        lines.append(f"{name:<40} {measured:<13} {goal:<9} {'met' if met else 'NOT MET'}")
+    return "\n".join(lines)
+
+
+def _charts(results: dict[str, Any], img: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = metrics(results)
+    img.mkdir(parents=True, exist_ok=True)
+    names = list(LABELS)
+    short = [n.replace("_", "\n") for n in names]
+    files = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    axes[0].bar(short, [m["zero-c1"][n]["cpu_ms"] for n in names], color="#4c72b0")
+    axes[0].set_title("CPU per run, zero latency (ms, lower is better)")
+    axes[0].axhline(1.5, color="#c44e52", linestyle="--", label="sidecar target 1.5 ms")
+    axes[0].legend()
+    axes[1].bar(short, [m["zero-c32"][n]["rps"] for n in names], color="#55a868")
+    axes[1].set_title("runs/s, zero latency, concurrency 32 (higher is better)")
+    axes[1].axhline(600, color="#c44e52", linestyle="--", label="sidecar target 600")
+    axes[1].legend()
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(img / "bench-zero-latency.png", dpi=110)
+    plt.close(fig)
+    files.append("img/bench-zero-latency.png")
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for ax, scenario in zip(axes, ("realistic-c1", "realistic-c32"), strict=True):
+        p50 = [m[scenario][n]["overhead_p50"] for n in names]
+        p99 = [m[scenario][n]["overhead_p99"] for n in names]
+        x = range(len(names))
+        ax.bar([i - 0.2 for i in x], p50, width=0.4, label="P50", color="#4c72b0")
+        ax.bar([i + 0.2 for i in x], p99, width=0.4, label="P99", color="#dd8452")
+        ax.set_xticks(list(x), short, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title(f"overhead over the 130 ms critical path, {scenario} (ms, log)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(img / "bench-realistic.png", dpi=110)
+    plt.close(fig)
+    files.append("img/bench-realistic.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    fan = results["fanout"]
+    counts = [int(n) for n in fan]
+    ax.plot(counts, [median(fan[str(n)]) for n in counts], marker="o", label="P50")
+    ax.plot(counts, [percentile(fan[str(n)], 99) for n in counts], marker="o", label="P99")
+    ax.axhline(20, color="grey", linestyle=":", label="one tool (20 ms)")
+    ax.axhline(25, color="#c44e52", linestyle="--", label="target 25 ms")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("parallel tool calls in one step")
+    ax.set_ylabel("tool stage (ms)")
+    ax.set_title("fan-out through the sidecar")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(img / "bench-fanout.png", dpi=110)
+    plt.close(fig)
+    files.append("img/bench-fanout.png")
+    return files
+
+
+def write(results: dict[str, Any], doc: Path, img: Path) -> None:
+    """Write the report and its charts."""
+    m = metrics(results)
+    _charts(results, img)
+    machine, versions = results["machine"], results["versions"]
+    out = [
+        "# Benchmarks",
+        "",
+        "The same agent workload through each contender, against the same LLM simulator and",
+        "the same tools, contenders interleaved round by round, in one run on one machine.",
+        "This page is written by the benchmark itself; the numbers below are from its last",
+        "run. The machines are shared and noisy: read the ratios, not the third digit.",
+        "",
+        f"Command: `{results['command']}` (or `make bench`); it took "
+        f"{results['duration_s']:.0f} s. Raw samples: `bench/results/latest.json`.",
+        "",
+        "**Workload.** One user turn = 2 model calls (the first asks for 3 parallel tool "
+        "calls) + 3 tool calls. *Zero latency*: the simulator and the tools answer at once, "
+        "so what is left is each contender's own orchestration cost. *Realistic*: each model "
+        "call takes 50 ms, the tools 30, 20 and 10 ms, so the ideal critical path is 130 ms "
+        "and overhead = latency - 130 ms, measured at the calling client.",
+        "",
+        "**Contenders.** The sidecar is called over gRPC by a client process; it calls the "
+        "simulator over HTTP and every tool over gRPC in a separate tool-server process. "
+        "Every peer runs its tools in-process. CPU is the contender's own process (for the "
+        "sidecar, the sidecar process; its client's CPU is shown apart).",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | goal | |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, measured, goal, met in targets(results):
+        out.append(f"| {name} | {measured} | {goal} | {'met' if met else '**not met**'} |")
+    out += [
+        "",
+        "## Zero latency: orchestration cost",
+        "",
+        "![zero latency](img/bench-zero-latency.png)",
+        "",
+        "| contender | CPU/run c=1 (ms) | runs/s c=1 | CPU/run c=32 (ms) | runs/s c=32 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, label in LABELS.items():
+        a, b = m["zero-c1"][name], m["zero-c32"][name]
+        extra = ""
+        if name == "sidecar":
+            extra = f" (+ client {a['client_cpu_ms']:.2f})"
+        out.append(
+            f"| {label} | {a['cpu_ms']:.2f}{extra} | {a['rps']:.0f} | {b['cpu_ms']:.2f} | "
+            f"{b['rps']:.0f} |"
+        )
+    out += [
+        "",
+        "## Realistic latency: overhead at the client",
+        "",
+        "![realistic](img/bench-realistic.png)",
+        "",
+        "| contender | P50 c=1 (ms) | overhead P50 / P99 c=1 | P50 c=32 (ms) | "
+        "overhead P50 / P99 c=32 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, label in LABELS.items():
+        a, b = m["realistic-c1"][name], m["realistic-c32"][name]
+        out.append(
+            f"| {label} | {a['p50']:.1f} | {a['overhead_p50']:.1f} / {a['overhead_p99']:.1f} | "
+            f"{b['p50']:.1f} | {b['overhead_p50']:.1f} / {b['overhead_p99']:.1f} |"
+        )
+    fan = results["fanout"]
+    out += [
+        "",
+        "The textbook loop runs its tools one after another, so its critical path is "
+        "160 ms, not 130: its overhead column includes that 30 ms.",
+        "",
+        "## Fan-out: N parallel 20 ms tools in one step",
+        "",
+        "![fan-out](img/bench-fanout.png)",
+        "",
+        "The tool stage, from the first call's start to the last call's end, as the sidecar's "
+        "timeline reports it (every call crosses a process boundary over gRPC).",
+        "",
+        "| parallel calls | " + " | ".join(fan) + " |",
+        "| --- |" + " --- |" * len(fan),
+        "| P50 (ms) | " + " | ".join(f"{median(v):.1f}" for v in fan.values()) + " |",
+        "| P99 (ms) | " + " | ".join(f"{percentile(v, 99):.1f}" for v in fan.values()) + " |",
+    ]
+    stream = results["streaming"]
+    out += [
+        "",
+        "## Streaming: time to the first text delta",
+        "",
+        "The simulator's time to first token is 50 ms. *Direct* reads the simulator's stream "
+        "with aiohttp; *sidecar* is the first `text_delta` event of `StreamRun` at the gRPC "
+        "client (the sidecar streams the model's text as it arrives).",
+        "",
+        "| path | P50 (ms) | P99 (ms) |",
+        "| --- | --- | --- |",
+    ]
+    for name, samples in stream.items():
+        out.append(f"| {name} | {median(samples):.1f} | {percentile(samples, 99):.1f} |")
+    out += [
+        "",
+        f"Sidecar peak RSS during the run: {results.get('sidecar_peak_rss_mib', 0):.0f} MiB.",
+        "",
+        "## Machine and versions",
+        "",
+        f"- CPU: {machine['cpu']}, {machine['cores']} cores; Python {machine['python']}; "
+        f"{machine['platform']}",
+        "- " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "",
+        "## Where the sidecar's time goes",
+        "",
+        "See [the profile notes](#profile) below.",
+        "",
+    ]
+    doc.write_text("\n".join(out) + _profile_notes(doc))
+
+
+def _profile_notes(doc: Path) -> str:
+    """Keep the hand-written profile section that follows the generated part."""
+    marker = '<a id="profile"></a>'
+    if doc.exists():
+        text = doc.read_text()
+        if marker in text:
+            return (
+                text[text.index(marker) - 1 :]
+                if text[text.index(marker) - 1] == "\n"
+                else ("\n" + text[text.index(marker) :])
+            )
+    return f"\n{marker}\n\n## Profile\n\n(not written yet)\n"
