@@ -15,6 +15,7 @@ turn a failed exchange into a :class:`~sidecar.llm.model.ModelError` the same wa
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
@@ -130,28 +131,11 @@ class DirectTransport:
             )
         return self._session
 
-    async def complete(self, body: bytes, timeout: float) -> bytes:
-        try:
-            async with self._http().post(
-                self._url,
-                data=body,
-                headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as response:
-                content = await response.read()
-                if response.status >= 400:
-                    raise status_error(response.status, response.headers, _json(content))
-                return content
-        except TimeoutError as exc:
-            raise ModelUnavailable(
-                "model_timeout", "the model request timed out", retryable=True
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ModelUnavailable(
-                "model_unreachable", f"cannot reach the model endpoint: {exc}", retryable=True
-            ) from exc
-
-    async def stream(self, body: bytes, timeout: float) -> AsyncGenerator[bytes, None]:
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self, body: bytes, timeout: float
+    ) -> AsyncGenerator[aiohttp.ClientResponse, None]:
+        """POST and yield a successful response; map every failure to a ModelError."""
         try:
             async with self._http().post(
                 self._url,
@@ -162,16 +146,24 @@ class DirectTransport:
                 if response.status >= 400:
                     content = await response.read()
                     raise status_error(response.status, response.headers, _json(content))
-                async for line in response.content:
-                    yield line
+                yield response
         except TimeoutError as exc:
             raise ModelUnavailable(
                 "model_timeout", "the model request timed out", retryable=True
             ) from exc
         except aiohttp.ClientError as exc:
             raise ModelUnavailable(
-                "model_unreachable", f"the model stream broke off: {exc}", retryable=True
+                "model_unreachable", f"the model exchange failed: {exc}", retryable=True
             ) from exc
+
+    async def complete(self, body: bytes, timeout: float) -> bytes:
+        async with self._exchange(body, timeout) as response:
+            return await response.read()
+
+    async def stream(self, body: bytes, timeout: float) -> AsyncGenerator[bytes, None]:
+        async with self._exchange(body, timeout) as response:
+            async for line in response.content:
+                yield line
 
     async def close(self) -> None:
         if self._session is not None:
