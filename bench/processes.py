@@ -24,7 +24,7 @@ class Server:
         self.popen = subprocess.Popen(
             [sys.executable, *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=None if os.environ.get("BENCH_SERVER_LOGS") else subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             text=True,
             cwd=ROOT,

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key
+from sidecar.gc_tuning import freeze_startup_heap
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.loop import AgentLoop
@@ -165,6 +166,7 @@ async def serve(config: SidecarConfig) -> None:
     """Run the sidecar until SIGTERM or SIGINT, then drain and return."""
     sidecar = Sidecar(config, api_key=resolve_api_key(config.model))
     port = await sidecar.start()
+    freeze_startup_heap()
     print(f"listening on {config.server.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -13,6 +13,7 @@ Shutdown order on SIGTERM (or SIGINT):
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Coroutine, Sequence
@@ -74,6 +75,10 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         if options.handle_signals:
             signals.install()
         listening = f"{_host_literal(options.host)}:{port}"
+        # Start-up objects live as long as the process: freeze them so full collections
+        # walk only what calls allocate (otherwise a pause of tens of milliseconds).
+        gc.collect()
+        gc.freeze()
         logger.info("%s: serving %d tools on %s", server_name, len(runners), listening)
         print(f"listening on {listening}", flush=True)
         await signals.first.wait()

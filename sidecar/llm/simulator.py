@@ -32,6 +32,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from sidecar.gc_tuning import freeze_startup_heap
 from sidecar.llm.sim_errors import FaultSpecError, ScenarioError, SimulatorError
 from sidecar.llm.sim_faults import Fault
 from sidecar.llm.sim_options import SimulatorOptions
@@ -129,6 +130,7 @@ async def serve_from_args(args: argparse.Namespace) -> None:
     """
     simulator = LLMSimulator(options_from_args(args))
     port = await simulator.start(args.host, args.port)
+    freeze_startup_heap()  # no collector pauses in the model's latency
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
