@@ -224,7 +224,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 deadline=deadline,
                 structured=structured,
                 sink=sink,
-                approver=self._approver(session, profile, deadline),
+                # Approval needs a caller who sees approval_required events: a unary
+                # run has none, so its calls that need approval are denied at once.
+                approver=self._approver(session, profile, deadline) if sink else None,
                 metadata=metadata,
                 clock=clock,
             )

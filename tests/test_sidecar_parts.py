@@ -166,3 +166,13 @@ def test_every_config_key_is_documented() -> None:
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing
+
+
+def test_a_tool_with_an_unusable_schema_is_left_out_and_the_rest_stay() -> None:
+    catalog = ToolCatalog()
+    broken = tool_pb2.ToolDescriptor(
+        name="broken", input_schema='{"type": "object", "properties": 5}'
+    )
+    not_json = tool_pb2.ToolDescriptor(name="not_json", input_schema="{")
+    catalog.update("shop", _listing(broken, not_json, _tool("price")))
+    assert [t.name for t in catalog.tools()] == ["price"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -298,12 +299,18 @@ async def test_a_hanging_model_ends_the_run_at_the_callers_deadline(
 async def test_cancelling_a_run_cancels_its_tool_calls(
     client: AgentClient, tools_address: str
 ) -> None:
-    before = (await tool_stats(tools_address))["cancelled"]
+    stats = await tool_stats(tools_address)
+    before, hangs = stats["cancelled"], stats["calls"].get("hang", 0)
+
+    async def server_got_the_call() -> bool:
+        return bool((await tool_stats(tools_address))["calls"].get("hang", 0) > hangs)
+
     session = await client.create_session()
-    async with asyncio.timeout(10):
-        async for event in client.stream(session.session_id, "hang please"):
+    async with aclosing(client.stream(session.session_id, "hang please")) as events:
+        async for event in events:
             if event.WhichOneof("event") == "tool_call_started":
-                break  # leaving the loop cancels the call
+                await eventually(server_got_the_call)
+                break  # closing the stream cancels the run
 
     async def server_saw_cancel() -> bool:
         return bool((await tool_stats(tools_address))["cancelled"] > before)
@@ -416,7 +423,7 @@ async def test_a_session_runs_one_turn_at_a_time(client: AgentClient) -> None:
         code = await _status_code(
             client.stub.Run(agent_pb2.RunRequest(session_id=session.session_id, input="hi"))
         )
-    await stream.aclose()  # type: ignore[attr-defined]
+    await stream.aclose()
     assert code == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -482,3 +489,11 @@ async def test_the_prompt_prefix_is_identical_across_turns(
         "and hello again",
         "three slow reads please",
     ]
+
+
+async def test_a_unary_run_denies_calls_that_need_approval(client: AgentClient) -> None:
+    session = await client.create_session()
+    response = await client.run(session.session_id, "refund order", timeout=30)
+    assert response.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    tools = [s for s in response.result.timeline.stages if s.HasField("tool_call")]
+    assert [s.tool_call.status for s in tools] == [agent_pb2.TOOL_CALL_STATUS_DENIED]

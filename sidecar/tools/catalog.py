@@ -13,6 +13,7 @@ used as it is; a name offered by several servers becomes ``<server>__<name>`` on
 
 from __future__ import annotations
 
+import logging
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,8 @@ import fastjsonschema
 import orjson
 
 from agentsidecar.v1 import tool_pb2
+
+log = logging.getLogger(__name__)
 
 _FORMATTER = string.Formatter()
 
@@ -182,8 +185,24 @@ class ToolCatalog:
                 if owners[name] > 1:
                     name = f"{server}__{name}"
                 if not _NAME_OK.match(name):
-                    continue  # a name no model API accepts; never offered
-                tools[name] = _build(name, server, descriptor)
+                    log.warning(
+                        "tool server %s: tool name %r is not valid for models; it is not offered",
+                        server,
+                        name,
+                    )
+                    continue
+                try:
+                    tools[name] = _build(name, server, descriptor)
+                except Exception as exc:
+                    # However a third-party schema fails to parse or compile, one broken
+                    # descriptor must not take the server's other tools down.
+                    log.warning(
+                        "tool server %s: tool %s has an unusable input schema (%s); "
+                        "it is not offered",
+                        server,
+                        descriptor.name,
+                        exc,
+                    )
         self._tools = tools
         self._definitions.clear()
         self.version += 1

@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from types import TracebackType
 
 import grpc
@@ -106,10 +106,12 @@ class AgentClient:
         *,
         structured: bool = False,
         timeout: float | None = None,
-    ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
+    ) -> AsyncGenerator[agent_pb2.StreamRunResponse, None]:
         """Run a turn and yield its events; the last one carries ``run_finished``.
 
-        Leaving the loop early cancels the run and its tool calls.
+        Closing the generator early cancels the run and its tool calls; use
+        ``contextlib.aclosing`` to close it the moment you leave the loop (otherwise it
+        closes when it is garbage-collected).
         """
         mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
         call = self.stub.StreamRun(

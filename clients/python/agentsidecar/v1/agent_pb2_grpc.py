@@ -133,7 +133,9 @@ class AgentServiceServicer:
 
     def Run(self, request, context):
         """Run runs one user turn and returns only its result, for callers that do
-        not need events as they happen.
+        not need events as they happen. Nobody can approve a tool call during a
+        unary run, so calls to tools that require approval are denied (the model
+        sees them as denied); use StreamRun to approve them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
