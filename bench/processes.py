@@ -68,10 +68,16 @@ def shop(tool_ms: dict[str, float]) -> Server:
     return Server("-m", "toolservers.examples.shop", "--port", "0", *latency)
 
 
-def sidecar(sim: Server, tools: list[tuple[str, Server]], workdir: Path) -> Server:
+def sidecar(
+    sim: Server, tools: list[tuple[str, Server]], workdir: Path, transport: str = "direct"
+) -> Server:
     config: dict[str, Any] = {
         "server": {"port": 0},
-        "model": {"base_url": f"http://{sim.address}/openai/v1", "model": "bench-model"},
+        "model": {
+            "base_url": f"http://{sim.address}/openai/v1",
+            "model": "bench-model",
+            "transport": transport,
+        },
         "tool_servers": [{"name": name, "address": s.address} for name, s in tools],
     }
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
@@ -82,10 +88,10 @@ def sidecar(sim: Server, tools: list[tuple[str, Server]], workdir: Path) -> Serv
 class Worker:
     """A contender process (``bench.worker``) that runs batches on command."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, module: str | None = None) -> None:
         self.name = name
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", name],
+            [sys.executable, "-m", "bench.worker", module or name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

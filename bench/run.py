@@ -39,6 +39,7 @@ from bench.workload import REALISTIC, ZERO
 
 CONTENDERS = (
     "sidecar",
+    "sidecar_sdk",
     "floor",
     "textbook",
     "textbook_threads",
@@ -72,15 +73,27 @@ class Stack:
             "zero": processes.shop(ZERO.tool_ms),
             "realistic": processes.shop(REALISTIC.tool_ms),
         }
+        # One sidecar per mode and model transport: "sidecar" sends model requests
+        # straight through aiohttp (the default), "sidecar_sdk" through openai.AsyncOpenAI.
         self.sidecars = {
-            mode: processes.sidecar(self.sims[mode], [("shop", self.shops[mode])], workdir)
+            (name, mode): processes.sidecar(
+                self.sims[mode], [("shop", self.shops[mode])], workdir, transport=transport
+            )
+            for name, transport in (("sidecar", "direct"), ("sidecar_sdk", "sdk"))
             for mode in self.sims
         }
-        self.workers = {name: processes.Worker(name) for name in CONTENDERS}
+        self.workers = {
+            name: processes.Worker(name, module="sidecar" if name.startswith("sidecar") else name)
+            for name in CONTENDERS
+        }
+
+    def sidecar(self, contender: str, mode: str) -> processes.Server | None:
+        return self.sidecars.get((contender, mode))
 
     def target(self, contender: str, mode: str) -> str:
-        if contender == "sidecar":
-            return self.sidecars[mode].address
+        sidecar = self.sidecar(contender, mode)
+        if sidecar is not None:
+            return sidecar.address
         return f"http://{self.sims[mode].address}/openai/v1"
 
     def stop(self) -> None:
@@ -100,7 +113,7 @@ def _batch(stack: Stack, contender: str, scenario: dict[str, Any]) -> dict[str, 
     worker.command(op="prepare", runs=warmup, **command)
     worker.command(op="batch", runs=warmup, **command)  # warm connections and caches
     worker.command(op="prepare", runs=scenario["runs"], **command)
-    sidecar = stack.sidecars[mode] if contender == "sidecar" else None
+    sidecar = stack.sidecar(contender, mode)
     cpu0 = sidecar.cpu_seconds() if sidecar else 0.0
     result = worker.command(op="batch", runs=scenario["runs"], **command)
     if sidecar is not None:
@@ -253,7 +266,7 @@ def main() -> None:
                     "runs": scenario["runs"],
                     "batches": samples,
                 }
-            results["sidecar_peak_rss_mib"] = stack.sidecars["realistic"].rss_mib()
+            results["sidecar_peak_rss_mib"] = stack.sidecars[("sidecar", "realistic")].rss_mib()
         finally:
             stack.stop()
 
