@@ -28,7 +28,7 @@ bench: install-bench
 	$(PY) -m bench.run
 
 ## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes
-## docs/benchmarks-soak.md and bench/results/soak.json (about 8 minutes).
+## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
 soak: install
 	$(PY) -m bench.soak
 

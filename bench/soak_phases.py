@@ -196,7 +196,8 @@ PHASES = (
     ),
     Phase(
         "model-hang",
-        "5% of model requests hang (the sidecar gives a model request 5 s, then retries)",
+        "5% of model requests hang, answering nothing (the sidecar gives a model request "
+        "5 s, then retries)",
         chaos=model_faults(0.05, {"kind": "hang"}),
         cleanup=clear_model_faults,
     ),

@@ -1,10 +1,16 @@
-"""The soak's report: ``docs/benchmarks-soak.md`` from the results document."""
+"""The soak's report: ``docs/benchmarks-soak.md`` from the results document.
+
+``python -m bench.soak_report`` renders it again from ``bench/results/soak.json``.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
+
+from bench.processes import ROOT
 
 _DEFINITIONS = """\
 Every run attempt a virtual user makes is judged from the caller's side
@@ -211,7 +217,7 @@ def _phase_section(phase: dict[str, Any]) -> list[str]:
         statuses = ", ".join(f"{n} x {s}" for s, n in phase["model_responses_by_status"].items())
         details.append(
             f"{phase['faults_queued']} faults queued ({phase['faults_unused']} left unused "
-            f"at the end); the simulator answered {statuses} (a hang answers nothing)"
+            f"at the end); the simulator answered {statuses}"
         )
     if "exit_code" in phase:
         details.append(
@@ -258,3 +264,8 @@ def _logs_section(logs: dict[str, dict[str, Any]]) -> list[str]:
 def _ms(percentiles: dict[str, float], key: str) -> str:
     value = percentiles.get(key)
     return "n/a" if value is None else f"{value:.0f}"
+
+
+if __name__ == "__main__":
+    results = json.loads((ROOT / "bench" / "results" / "soak.json").read_text())
+    (ROOT / "docs" / "benchmarks-soak.md").write_text(render(results))
