@@ -7,7 +7,7 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
-.PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench clean
+.PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 ## bench: the benchmark against the peers; writes docs/benchmarks.md (several minutes).
 bench: install-bench
 	$(PY) -m bench.run
+
+## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes
+## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
+soak: install
+	$(PY) -m bench.soak
 
 $(BUF):
 	mkdir -p .tools

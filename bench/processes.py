@@ -20,15 +20,17 @@ READY = "listening on "
 class Server:
     """A server process that announced ``listening on HOST:PORT``."""
 
-    def __init__(self, *args: str) -> None:
-        self.popen = subprocess.Popen(
-            [sys.executable, *args],
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("BENCH_SERVER_LOGS") else subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            cwd=ROOT,
-        )
+    def __init__(self, *args: str, log: Path | None = None) -> None:
+        """Start ``python ARGS...``; its stderr goes to ``log`` (appended) or nowhere."""
+        with open(log, "a") if log is not None else open(os.devnull, "w") as stderr:
+            self.popen = subprocess.Popen(
+                [sys.executable, *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                cwd=ROOT,
+            )
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
             if line.startswith(READY):
@@ -44,10 +46,24 @@ class Server:
         return ticks / os.sysconf("SC_CLK_TCK")
 
     def rss_mib(self) -> float:
+        """Peak resident memory so far (VmHWM), in MiB."""
+        return self._status_mib("VmHWM:")
+
+    def current_rss_mib(self) -> float:
+        """Resident memory now (VmRSS), in MiB."""
+        return self._status_mib("VmRSS:")
+
+    def _status_mib(self, key: str) -> float:
         for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
 
     def stop(self) -> None:
         if self.popen.poll() is None:

@@ -10,6 +10,7 @@ the configured grace period to finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 
@@ -31,6 +32,9 @@ from sidecar.tools.connection import ToolServerConnection
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+# After the drain's last refusal, how long no further call may arrive before the server
+# stops (see AgentServicer.wait_refusals_settled).
+_REFUSALS_QUIET = 0.25
 
 
 class Sidecar:
@@ -147,11 +151,15 @@ class Sidecar:
             # Refuse new runs with UNAVAILABLE (actionable) while the port stays open,
             # and give the runs in flight the grace period.
             self._servicer.start_draining()
+            deadline = asyncio.get_running_loop().time() + grace
             try:
-                async with asyncio.timeout(grace):
+                async with asyncio.timeout_at(deadline):
                     await self._servicer.wait_idle()
             except TimeoutError:
                 log.warning("grace period over; cancelling the runs still in flight")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self._servicer.wait_refusals_settled(_REFUSALS_QUIET)
         if self._server is not None:
             await self._server.stop(0.5)
         for connection in self.connections.values():

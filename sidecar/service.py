@@ -93,17 +93,32 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self._idle = asyncio.Event()
         self._idle.set()
         self.draining = False
+        self._last_refusal = 0.0
 
     def start_draining(self) -> None:
         """Refuse new sessions and runs from now on; runs in flight go on."""
         self.draining = True
+        self._last_refusal = time.monotonic()
 
     async def wait_idle(self) -> None:
         """Wait until no run is in flight."""
         await self._idle.wait()
 
+    async def wait_refusals_settled(self, quiet: float) -> None:
+        """Wait until no call has been refused for ``quiet`` seconds (since draining began).
+
+        Under load, grpc holds calls it has accepted but not yet handed to a handler;
+        stopping the server cancels those with CANCELLED, which callers neither expect
+        for a call sent before the drain nor retry. While refusals keep coming, some
+        may still be waiting: let the handlers refuse them with UNAVAILABLE first.
+        """
+        # A timer whose end moves with each refusal, not a poll for a condition.
+        while (left := self._last_refusal + quiet - time.monotonic()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left)
+
     async def _refuse_if_draining(self, context: grpc.aio.ServicerContext) -> None:
         if self.draining:
+            self._last_refusal = time.monotonic()
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 "the sidecar is shutting down; retry on another replica or after restart",

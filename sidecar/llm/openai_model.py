@@ -73,7 +73,9 @@ class OpenAICompatibleModel:
     async def complete(
         self, request: ModelRequest, on_text: TextSink | None = None
     ) -> ModelResponse:
-        deadline = time.monotonic() + min(request.timeout, self._timeout)
+        # Retries stop with the run's time; each attempt also gets at most the
+        # configured request timeout, so a hung request is abandoned and retried.
+        deadline = time.monotonic() + request.timeout
         emitted = False
 
         def sink(text: str) -> None:
@@ -94,9 +96,10 @@ class OpenAICompatibleModel:
                     "the run's time ran out before the model answered",
                     retryable=False,
                 )
+            timeout = min(remaining, self._timeout)
             if request.stream:
-                return await self._stream(request, remaining, sink)
-            return await self._create(request, remaining)
+                return await self._stream(request, timeout, sink)
+            return await self._create(request, timeout)
 
         # The first attempt runs bare: tenacity's bookkeeping is paid only on a retry.
         try:
