@@ -25,6 +25,7 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.config import ConfigError, load_config, parse_config
     from sidecar.server import serve
+    from sidecar.telemetry import TelemetryUnavailable
 
     try:
         config = load_config(args.config) if args.config else parse_config({})
@@ -35,7 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"port": args.port})}
         )
-    _run(serve(config))
+    try:
+        _run(serve(config))
+    except TelemetryUnavailable as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -6,6 +6,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
+from sidecar.budget import BudgetOverrun
+from sidecar.cost import RunCost
 from sidecar.llm.model import ProviderTiming, Usage
 from sidecar.run import (
     ModelCallDetail,
@@ -61,6 +63,10 @@ def stage(s: Stage) -> agent_pb2.Stage:
         if detail.time_to_first_token is not None:
             timing.time_to_first_token.CopyFrom(duration(detail.time_to_first_token))
         _provider(timing, detail.provider)
+        if detail.error is not None:
+            timing.error_code = detail.error
+        if detail.time_allowed is not None:
+            timing.time_allowed.CopyFrom(duration(detail.time_allowed))
     elif isinstance(detail, ToolCallDetail):
         tool = message.tool_call
         tool.call_id = detail.call_id
@@ -69,6 +75,11 @@ def stage(s: Stage) -> agent_pb2.Stage:
         tool.wait_duration.CopyFrom(duration(detail.wait_duration))
         if detail.handler_duration is not None:
             tool.handler_duration.CopyFrom(duration(detail.handler_duration))
+        if detail.backoff:
+            tool.retry_backoff.CopyFrom(duration(detail.backoff))
+        tool.breaker_rejected = detail.breaker_rejected
+        if detail.time_allowed is not None:
+            tool.time_allowed.CopyFrom(duration(detail.time_allowed))
     return message
 
 
@@ -89,7 +100,30 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         result.error.code = outcome.error.code
         result.error.message = outcome.error.message
         result.error.retryable = outcome.error.retryable
+    if outcome.cost is not None:
+        result.cost.CopyFrom(cost(outcome.cost))
+    if outcome.overruns:
+        result.budget_overruns.extend(budget_exceeded(o) for o in outcome.overruns)
     return result
+
+
+def cost(c: RunCost) -> agent_pb2.Cost:
+    return agent_pb2.Cost(
+        prompt_usd=c.prompt_usd,
+        completion_usd=c.completion_usd,
+        total_usd=c.total_usd,
+        cached_prompt_usd=c.cached_prompt_usd,
+    )
+
+
+def budget_exceeded(o: BudgetOverrun) -> agent_pb2.BudgetExceeded:
+    return agent_pb2.BudgetExceeded(
+        stage=int(o.stage),  # type: ignore[arg-type]
+        budget=duration(o.budget),
+        spent=duration(o.spent),
+        policy=int(o.policy),  # type: ignore[arg-type]
+        step=o.step,
+    )
 
 
 def tool_call_finished(step: int, o: ToolOutcome) -> agent_pb2.ToolCallFinished:

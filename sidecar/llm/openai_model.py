@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -41,7 +42,10 @@ _REJECTED_CODES = {
 
 
 class OpenAICompatibleModel:
-    """A :class:`~sidecar.llm.model.Model` over one shared ``AsyncOpenAI`` client."""
+    """A :class:`~sidecar.llm.model.Model` over one shared ``AsyncOpenAI`` client.
+
+    ``on_error``, when given, is called with every failed attempt, retried or not (metrics).
+    """
 
     def __init__(
         self,
@@ -54,8 +58,10 @@ class OpenAICompatibleModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         parallel_tool_calls: bool = True,
+        on_error: Callable[[ModelError], None] | None = None,
     ) -> None:
         self.name = model
+        self._on_error = on_error
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
@@ -109,10 +115,15 @@ class OpenAICompatibleModel:
                         "the run's time ran out before the model answered",
                         retryable=False,
                     )
-                if request.stream:
-                    response = await self._stream(request, remaining, sink)
-                else:
-                    response = await self._create(request, remaining)
+                try:
+                    if request.stream:
+                        response = await self._stream(request, remaining, sink)
+                    else:
+                        response = await self._create(request, remaining)
+                except ModelError as exc:
+                    if self._on_error is not None:
+                        self._on_error(exc)
+                    raise
                 response.attempts = attempts
                 return response
         raise AssertionError("unreachable: tenacity reraises the last error")
@@ -148,7 +159,10 @@ class OpenAICompatibleModel:
         params["messages"] = request.messages
         if request.tools:
             params["tools"] = request.tools
-            params["parallel_tool_calls"] = self._parallel_tool_calls
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+            else:
+                params["parallel_tool_calls"] = self._parallel_tool_calls
         if request.response_schema is not None:
             params["response_format"] = {
                 "type": "json_schema",

@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -32,6 +32,9 @@ from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
 from sidecar.tools.breaker import BreakerOpenError
 from sidecar.tools.catalog import ArgumentsInvalid, CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
+
+if TYPE_CHECKING:
+    from sidecar.telemetry.tracing import RunTrace
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
 _SERVER_FAULTS = frozenset(
@@ -56,6 +59,16 @@ class _Prepared:
     reads: frozenset[str]
     writes: frozenset[str]
     outcome: ToolOutcome | None  # set when the call is settled without running
+
+
+class _Tries:
+    """How often a call was attempted and how long it backed off in between."""
+
+    __slots__ = ("backoff", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.backoff = 0.0
 
 
 class _Failed(Exception):
@@ -87,6 +100,7 @@ class Dispatcher:
         sink: EventSink | None,
         approver: Approver | None,
         metadata: Sequence[tuple[str, str]] = (),
+        trace: RunTrace | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -99,6 +113,8 @@ class Dispatcher:
             sink: receives started/finished events, when the caller streams.
             approver: asked for tools that require approval; None denies them.
             metadata: gRPC metadata to send with each call (trace context).
+            trace: the run's spans, when tracing is on: each call gets a span, and its
+                metadata carries that span's context instead of ``metadata``.
         """
         prepared = [self._prepare(call, allowed, clock) for call in calls]
         done = [asyncio.Event() for _ in prepared]
@@ -106,6 +122,11 @@ class Dispatcher:
 
         async def run_one(i: int, waits: list[int]) -> None:
             item = prepared[i]
+            span = None
+            call_metadata = metadata
+            if trace is not None:
+                span = trace.tool_call(item.call.id, item.call.name)
+                call_metadata = span.metadata()
             try:
                 if item.outcome is not None:
                     outcomes[i] = item.outcome
@@ -114,12 +135,14 @@ class Dispatcher:
                     for j in waits:
                         await done[j].wait()
                     outcomes[i] = await self._run(
-                        step, item, clock, queued, deadline, sink, approver, metadata
+                        step, item, clock, queued, deadline, sink, approver, call_metadata
                     )
                 if sink is not None:
                     sink.tool_call_finished(step, outcomes[i])  # type: ignore[arg-type]
             finally:
                 done[i].set()
+                if span is not None:
+                    span.end(outcomes[i])
 
         async with asyncio.TaskGroup() as group:
             for i, item in enumerate(prepared):
@@ -212,12 +235,13 @@ class Dispatcher:
             call_id=call.id, tool_name=tool.remote_name, arguments=call.arguments
         )
         timeout = min(tool.timeout or connection.config.timeout, connection.config.timeout)
-        call_deadline = min(deadline, time.monotonic() + timeout)
-        attempts = 0
+        sent = time.monotonic()
+        call_deadline = min(deadline, sent + timeout)
+        allowed = max(0.0, call_deadline - sent)
+        tries = _Tries()
 
         async def attempt() -> tool_pb2.ToolResult:
-            nonlocal attempts
-            attempts += 1
+            tries.count += 1
             remaining = call_deadline - time.monotonic()
             if remaining <= 0:
                 raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
@@ -225,7 +249,7 @@ class Dispatcher:
 
         try:
             if tool.idempotent and connection.config.retry.max_attempts > 1:
-                result = await self._with_retries(attempt, connection, call_deadline)
+                result = await self._with_retries(attempt, connection, call_deadline, tries)
             else:
                 result = await attempt()
         except BreakerOpenError:
@@ -237,8 +261,11 @@ class Dispatcher:
                 "answer without it or try again later",
                 start,
                 clock.now() - start,
-                attempts=attempts,
+                attempts=tries.count,
                 wait_duration=wait,
+                backoff=tries.backoff,
+                breaker_rejected=True,
+                time_allowed=allowed,
             )
         except _Failed as exc:
             status, message = _describe(call.name, exc, timeout)
@@ -249,8 +276,10 @@ class Dispatcher:
                 message,
                 start,
                 clock.now() - start,
-                attempts=attempts,
+                attempts=tries.count,
                 wait_duration=wait,
+                backoff=tries.backoff,
+                time_allowed=allowed,
             )
         handler = None
         if result.HasField("handler_duration"):
@@ -265,8 +294,10 @@ class Dispatcher:
                 start,
                 clock.now() - start,
                 handler,
-                attempts,
+                tries.count,
                 wait,
+                tries.backoff,
+                time_allowed=allowed,
             )
         return ToolOutcome(
             call.id,
@@ -276,8 +307,10 @@ class Dispatcher:
             start,
             clock.now() - start,
             handler,
-            attempts,
+            tries.count,
             wait,
+            tries.backoff,
+            time_allowed=allowed,
         )
 
     async def _with_retries(
@@ -285,6 +318,7 @@ class Dispatcher:
         attempt: Callable[[], Awaitable[tool_pb2.ToolResult]],
         connection: ToolServerConnection,
         call_deadline: float,
+        tries: _Tries,
     ) -> tool_pb2.ToolResult:
         policy = connection.config.retry
 
@@ -301,6 +335,7 @@ class Dispatcher:
                     if exc is not None
                     else _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left to retry")
                 )
+            tries.backoff += delay
             return delay
 
         retrying = AsyncRetrying(
