@@ -238,6 +238,9 @@ class Dispatcher:
         sent = time.monotonic()
         call_deadline = min(deadline, sent + timeout)
         allowed = max(0.0, call_deadline - sent)
+        # A call cut off by the run's deadline or budget, before the tool's own timeout,
+        # says nothing about the server's health: its breaker must not count it.
+        own_timeout = call_deadline >= sent + timeout
         tries = _Tries()
 
         async def attempt() -> tool_pb2.ToolResult:
@@ -245,7 +248,7 @@ class Dispatcher:
             remaining = call_deadline - time.monotonic()
             if remaining <= 0:
                 raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
-            return await _call(connection, request, remaining, metadata)
+            return await _call(connection, request, remaining, metadata, own_timeout)
 
         try:
             if tool.idempotent and connection.config.retry.max_attempts > 1:
@@ -353,8 +356,10 @@ async def _call(
     request: tool_pb2.CallToolRequest,
     timeout: float,
     metadata: Sequence[tuple[str, str]],
+    own_timeout: bool = True,
 ) -> tool_pb2.ToolResult:
-    """One attempt behind the server's breaker."""
+    """One attempt behind the server's breaker; ``own_timeout`` is False when the deadline
+    is the run's, shorter than the tool's timeout (its expiry then is no server fault)."""
     breaker = connection.breaker
     permit = breaker.admit()
     try:
@@ -363,7 +368,9 @@ async def _call(
         )
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
-        if code in _SERVER_FAULTS:
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and not own_timeout:
+            breaker.release(permit)
+        elif code in _SERVER_FAULTS:
             breaker.record_failure(permit)
         elif code == grpc.StatusCode.CANCELLED:
             breaker.release(permit)
