@@ -47,16 +47,22 @@ class Proc:
         return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def start(args: Sequence[str], *, timeout: float = 60.0) -> Proc:
-    """Start ``python ARGS`` and wait for its address."""
+def start(args: Sequence[str], *, timeout: float = 60.0, source: Path | None = None) -> Proc:
+    """Start ``python ARGS`` and wait for its address.
+
+    ``source`` runs the code of another source tree (an older release, say) instead of
+    this one.
+    """
     env = dict(os.environ, PYTHONUNBUFFERED="1", GROQ_API_KEY="")
+    if source is not None:
+        env["PYTHONPATH"] = f"{source}{os.pathsep}{source / 'clients' / 'python'}"
     popen = subprocess.Popen(
         [sys.executable, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         env=env,
-        cwd=ROOT,
+        cwd=source or ROOT,
     )
     assert popen.stdout is not None
     fd = popen.stdout.fileno()
@@ -95,8 +101,8 @@ def stop(proc: Proc) -> None:
 
 
 @contextlib.contextmanager
-def running(args: Sequence[str]) -> Iterator[Proc]:
-    proc = start(args)
+def running(args: Sequence[str], source: Path | None = None) -> Iterator[Proc]:
+    proc = start(args, source=source)
     try:
         yield proc
     finally:
@@ -128,8 +134,11 @@ def tool_server(
 
 
 @contextlib.contextmanager
-def sidecar(sim: Proc, tools: dict[str, Proc], **sections: Any) -> Iterator[Proc]:
-    """A sidecar against ``sim`` and ``tools``; ``sections`` are extra config sections."""
+def sidecar(
+    sim: Proc, tools: dict[str, Proc], source: Path | None = None, **sections: Any
+) -> Iterator[Proc]:
+    """A sidecar against ``sim`` and ``tools``; ``sections`` are extra config sections,
+    ``source`` another source tree to run."""
     config: dict[str, Any] = {
         "server": {"port": 0, "grace_period": 2},
         "model": {"base_url": f"http://{sim.address}/openai/v1", "model": "llm-simulator"},
@@ -139,7 +148,7 @@ def sidecar(sim: Proc, tools: dict[str, Proc], **sections: Any) -> Iterator[Proc
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(config, f)
     try:
-        with running(["-m", "sidecar.cli", "serve", "--config", f.name]) as proc:
+        with running(["-m", "sidecar.cli", "serve", "--config", f.name], source) as proc:
             yield proc
     finally:
         os.unlink(f.name)

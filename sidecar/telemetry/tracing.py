@@ -57,7 +57,7 @@ from sidecar.run import (
 
 __all__ = ["RunTrace", "ToolSpan", "Tracing"]
 
-_TOOL_SERVICE = "agentsidecar.v1.ToolService"
+_EXPORT_BATCH = 64
 _SUCCESS = frozenset({ToolCallStatus.OK, ToolCallStatus.CACHED})
 
 
@@ -80,7 +80,13 @@ class Tracing:
         if exporter is None:
             exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint, insecure=config.insecure)
         self._provider.add_span_processor(
-            BatchSpanProcessor(exporter, schedule_delay_millis=config.export_delay * 1000)
+            BatchSpanProcessor(
+                exporter,
+                schedule_delay_millis=config.export_delay * 1000,
+                # Encoding a batch holds the GIL; small batches keep each hold short, so
+                # runs on the event loop never wait long behind an export.
+                max_export_batch_size=_EXPORT_BATCH,
+            )
         )
         self.tracer = self._provider.get_tracer("agent-sidecar", own_version)
         self.propagator = CompositePropagator(
@@ -120,8 +126,6 @@ class Tracing:
                 "gen_ai.agent.name": profile,
                 "gen_ai.conversation.id": session_id,
                 "agent_sidecar.run_id": run_id,
-                "rpc.system": "grpc",
-                "rpc.service": "agentsidecar.v1.AgentService",
                 "rpc.method": method,
             },
         )
@@ -250,9 +254,6 @@ class RunTrace:
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool_name,
                 "gen_ai.tool.call.id": call_id,
-                "rpc.system": "grpc",
-                "rpc.service": _TOOL_SERVICE,
-                "rpc.method": "CallTool",
             },
         )
         return ToolSpan(span, set_span_in_context(span, self._parent), self._tracing.propagator)
