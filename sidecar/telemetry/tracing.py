@@ -136,25 +136,30 @@ class Tracing:
         self._provider.shutdown()
 
 
+def _carried(propagator: CompositePropagator, context: Context) -> list[tuple[str, str]]:
+    carrier: dict[str, str] = {}
+    propagator.inject(carrier, context=context)
+    return list(carrier.items())
+
+
 class ToolSpan:
-    """One tool call's live span."""
+    """One tool call's span, and the gRPC metadata that carries its context."""
 
-    __slots__ = ("_propagator", "context", "span")
+    __slots__ = ("_metadata", "span")
 
-    def __init__(self, span: Span, context: Context, propagator: CompositePropagator) -> None:
+    def __init__(self, span: Span, metadata: list[tuple[str, str]]) -> None:
         self.span = span
-        self.context = context
-        self._propagator = propagator
+        self._metadata = metadata
 
     def metadata(self) -> list[tuple[str, str]]:
         """gRPC metadata carrying this span's context (and the caller's baggage)."""
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=self.context)
-        return list(carrier.items())
+        return self._metadata
 
     def end(self, outcome: ToolOutcome | None) -> None:
         """End the span with the call's outcome; None when the call was cancelled."""
         span = self.span
+        if not span.is_recording():
+            return
         if outcome is None:
             span.set_status(Status(StatusCode.ERROR, "cancelled"))
             span.end()
@@ -178,9 +183,21 @@ class ToolSpan:
 
 
 class RunTrace:
-    """One run's spans: the run, its current step, and the spans under the step."""
+    """One run's spans: the run, its current step, and the spans under the step.
 
-    __slots__ = ("_origin_ns", "_parent", "_step_context", "_step_span", "_tracing", "span")
+    A run that is not sampled records nothing: every method returns at once, and each tool
+    call carries the run's (unsampled) context, so tool servers follow the decision.
+    """
+
+    __slots__ = (
+        "_origin_ns",
+        "_parent",
+        "_step_context",
+        "_step_span",
+        "_tracing",
+        "_unsampled",
+        "span",
+    )
 
     def __init__(self, tracing: Tracing, span: Span, parent: Context, origin_ns: int) -> None:
         self._tracing = tracing
@@ -190,12 +207,17 @@ class RunTrace:
         self._origin_ns = origin_ns
         self._step_span: Span | None = None
         self._step_context = self._parent
+        self._unsampled: ToolSpan | None = None
+        if not span.is_recording():
+            self._unsampled = ToolSpan(span, _carried(tracing.propagator, self._parent))
 
     def _ns(self, offset: float) -> int:
         return self._origin_ns + int(offset * 1e9)
 
     def step(self, step: int, start: float) -> None:
         """Close the previous step's span and open step ``step``'s at offset ``start``."""
+        if self._unsampled is not None:
+            return
         at = self._ns(start)
         if self._step_span is not None:
             self._step_span.end(end_time=at)
@@ -210,6 +232,8 @@ class RunTrace:
 
     def model_call(self, stage: Stage) -> None:
         """Record a finished (or failed) model call from its timeline stage."""
+        if self._unsampled is not None:
+            return
         detail = stage.detail
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -246,6 +270,8 @@ class RunTrace:
 
     def tool_call(self, call_id: str, tool_name: str) -> ToolSpan:
         """Open a tool call's span, now, under the current step."""
+        if self._unsampled is not None:
+            return self._unsampled
         span = self._tracing.tracer.start_span(
             f"execute_tool {tool_name}",
             context=self._step_context,
@@ -256,10 +282,13 @@ class RunTrace:
                 "gen_ai.tool.call.id": call_id,
             },
         )
-        return ToolSpan(span, set_span_in_context(span, self._parent), self._tracing.propagator)
+        context = set_span_in_context(span, self._parent)
+        return ToolSpan(span, _carried(self._tracing.propagator, context))
 
     def end(self, outcome: RunOutcome | None, reason: StopReason, end: float) -> None:
         """Close the step and run spans at offset ``end`` with the run's outcome."""
+        if self._unsampled is not None:
+            return
         at = self._ns(end)
         if self._step_span is not None:
             self._step_span.end(end_time=at)
