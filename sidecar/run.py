@@ -146,10 +146,14 @@ class RunOutcome:
         The run then lasts until ``end``; the moment between the loop's end and ``start``
         is the sidecar's own, so it goes to the OVERHEAD stage.
         """
-        gap = max(0.0, start - self.total)
-        if gap and self.stages and self.stages[-1].kind is StageKind.OVERHEAD:
-            self.stages[-1].duration += gap
-        self.stages.append(Stage(StageKind.PERSISTENCE, "session_store", 0, start, end - start))
+        stage = Stage(StageKind.PERSISTENCE, "session_store", 0, start, end - start)
+        stages = self.stages
+        if stages and stages[-1].kind is StageKind.OVERHEAD:
+            # OVERHEAD sums the whole run's uncovered time; it stays the last stage.
+            stages[-1].duration += max(0.0, start - self.total)
+            stages.insert(len(stages) - 1, stage)
+        else:
+            stages.append(stage)
         self.total = end
 
 
