@@ -7,7 +7,8 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
-.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean
+.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean \
+	bench-telemetry latency-bill
 
 install: $(VENV)/.installed
 
@@ -24,6 +25,14 @@ $(BUF):
 ## demo: start the example tool servers and run the agent demo end to end.
 demo: install
 	$(PY) -m sidecar.cli demo
+
+## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
+bench-telemetry: install
+	$(PY) bench/telemetry_overhead.py
+
+## latency-bill: log demo runs, print their latency bill, chart it to docs/latency-bill.png.
+latency-bill: install
+	$(PY) bench/latency_bill.py
 
 ## proto: regenerate the Python code from protos/.
 proto: install
