@@ -110,15 +110,14 @@ async def _measure(
 def _table(figures: dict[str, dict[str, list[float]]], runs: int) -> str:
     off, on = figures["off"], figures["on"]
 
-    def row(name: str, a: float, b: float, unit: str = "") -> str:
-        ratio = f"{b / a:>7.2f}x" if a else f"{'':>8}"
-        return f"| {name:<32} | {a:>8.3f} | {b:>8.3f} | {ratio} | {unit}"
+    def row(name: str, a: float, b: float) -> str:
+        ratio = f"{b / a:.2f}x" if a else ""
+        return f"| {name:<36} | {a:>8.3f} | {b:>8.3f} | {ratio:>8} |"
 
     lat_off, lat_on = sorted(off["latency"]), sorted(on["latency"])
-    cpu_off, cpu_on = sum(off["cpu"]) / runs, sum(on["cpu"]) / runs
     lines = [
-        f"| {'per run':<32} | {'off':>8} | {'on':>8} | {'on/off':>8} |",
-        f"| {'-' * 32} | {'-' * 8} | {'-' * 8} | {'-' * 8} |",
+        f"| {'per run':<36} | {'off':>8} | {'on':>8} | {'on/off':>8} |",
+        f"| {'-' * 36} | {'-' * 7}: | {'-' * 7}: | {'-' * 7}: |",
         row(
             "client latency, median (ms)",
             percentile(lat_off, 50) * 1e3,
@@ -127,7 +126,9 @@ def _table(figures: dict[str, dict[str, list[float]]], runs: int) -> str:
         row(
             "client latency, P99 (ms)", percentile(lat_off, 99) * 1e3, percentile(lat_on, 99) * 1e3
         ),
-        row("sidecar CPU, all runs (ms)", cpu_off * 1e3, cpu_on * 1e3),
+        row(
+            "sidecar CPU, all runs (ms)", sum(off["cpu"]) / runs * 1e3, sum(on["cpu"]) / runs * 1e3
+        ),
         row(
             "sidecar CPU, median of rounds (ms)",
             statistics.median(off["round_cpu"]) * 1e3,

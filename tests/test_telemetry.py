@@ -328,3 +328,45 @@ async def test_a_run_the_caller_does_not_sample_leaves_no_span_anywhere(
     assert not [s for s in receiver.spans() if s.trace_id == unsampled]
     # The tool server followed the caller's decision rather than start traces of its own.
     assert all(s.parent_id for s in receiver.spans() if s.service == "shop")
+
+
+def test_a_record_that_cannot_be_written_never_fails_the_run(tmp_path: Path) -> None:
+    from sidecar.config import parse_config
+    from sidecar.llm.model import Usage
+    from sidecar.run import RunOutcome, StopReason
+    from sidecar.telemetry import Telemetry
+
+    config = parse_config({"telemetry": {"timeline_log": str(tmp_path / "t.jsonl")}})
+    telemetry = Telemetry.from_config(config)
+    assert telemetry.timeline_log is not None
+    telemetry.timeline_log.close()  # every write now fails, as on a vanished disk
+    outcome = RunOutcome("answer", StopReason.ANSWERED, Usage(), [], 0.01, 1, 0)
+    telemetry.run_finished(
+        profile="default",
+        model="m",
+        session_id="s",
+        run_id="r",
+        outcome=outcome,
+        trace=None,
+        end=0.01,
+    )
+
+
+def test_a_timeline_log_that_cannot_be_opened_stops_the_sidecar_at_start(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(f"telemetry:\n  timeline_log: {blocker}/timeline.jsonl\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GROQ_API_KEY": ""},
+    )
+    assert proc.returncode == 2
+    assert "telemetry.timeline_log" in proc.stderr

@@ -12,8 +12,9 @@ is imported only when tracing is on.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from sidecar.config import SidecarConfig
@@ -26,7 +27,17 @@ from sidecar.telemetry.timeline_log import TimelineLog, run_record
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace, Tracing
 
-__all__ = ["Telemetry", "TelemetryUnavailable"]
+__all__ = ["Telemetry", "TelemetryUnavailable", "own_version"]
+
+log = logging.getLogger(__name__)
+
+
+def own_version() -> str:
+    """The installed agent-sidecar version; ``unknown`` when run from an uninstalled tree."""
+    try:
+        return version("agent-sidecar")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class TelemetryUnavailable(Exception):
@@ -87,7 +98,7 @@ class Telemetry:
                     f"telemetry.timeline_log: cannot open {settings.timeline_log}: {exc.strerror}"
                 ) from None
         return cls(
-            label=settings.label or f"agent-sidecar {version('agent-sidecar')}",
+            label=settings.label or f"agent-sidecar {own_version()}",
             prices=PriceTable(config.prices),
             metrics=Metrics() if settings.metrics.enabled else None,
             tracing=tracing,
@@ -152,6 +163,9 @@ class Telemetry:
     ) -> None:
         """Price the run, then record it everywhere telemetry is on.
 
+        Never raises: a failing record (a full disk under the timeline log) is logged,
+        and the run's result goes out all the same.
+
         Args:
             profile: The session's profile.
             model: The model the run called.
@@ -164,20 +178,23 @@ class Telemetry:
         reason = StopReason.CANCELLED if outcome is None else outcome.stop_reason
         if outcome is not None:
             outcome.cost = self.prices.cost(model, outcome.usage)
-        if self.metrics is not None:
-            self.metrics.profile(profile).in_flight.dec()
-            self.metrics.run_finished(profile, model, outcome, reason)
-        if trace is not None:
-            trace.end(outcome, reason, end)
-        if self.timeline_log is not None:
-            self.timeline_log.write(
-                run_record(
-                    label=self.label,
-                    run_id=run_id,
-                    session_id=session_id,
-                    profile=profile,
-                    model=model,
-                    outcome=outcome,
-                    reason=reason,
+        try:
+            if self.metrics is not None:
+                self.metrics.profile(profile).in_flight.dec()
+                self.metrics.run_finished(profile, model, outcome, reason)
+            if trace is not None:
+                trace.end(outcome, reason, end)
+            if self.timeline_log is not None:
+                self.timeline_log.write(
+                    run_record(
+                        label=self.label,
+                        run_id=run_id,
+                        session_id=session_id,
+                        profile=profile,
+                        model=model,
+                        outcome=outcome,
+                        reason=reason,
+                    )
                 )
-            )
+        except Exception:
+            log.exception("recording run %s failed", run_id)

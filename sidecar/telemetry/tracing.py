@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from importlib.metadata import version
 from typing import Any
 
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -54,6 +53,7 @@ from sidecar.run import (
     ToolCallStatus,
     ToolOutcome,
 )
+from sidecar.telemetry import own_version
 
 __all__ = ["RunTrace", "ToolSpan", "Tracing"]
 
@@ -70,10 +70,10 @@ class Tracing:
     """
 
     def __init__(self, config: TracingConfig, exporter: SpanExporter | None = None) -> None:
-        own_version = version("agent-sidecar")
+        release = own_version()
         self._provider = TracerProvider(
             resource=Resource.create(
-                {"service.name": config.service_name, "service.version": own_version}
+                {"service.name": config.service_name, "service.version": release}
             ),
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
         )
@@ -88,7 +88,7 @@ class Tracing:
                 max_export_batch_size=_EXPORT_BATCH,
             )
         )
-        self.tracer = self._provider.get_tracer("agent-sidecar", own_version)
+        self.tracer = self._provider.get_tracer("agent-sidecar", release)
         self.propagator = CompositePropagator(
             [TraceContextTextMapPropagator(), W3CBaggagePropagator()]
         )
