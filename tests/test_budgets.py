@@ -1,14 +1,14 @@
 """Latency budgets: each policy on an overrun, and which deadline wins.
 
-The end-to-end tests share one stack (simulator, scripted tool server, sidecar); each
-profile declares a budget that the scripted conversation overruns on purpose: three
-concurrent 300 ms reads against a 100 ms tools budget, or a model that hangs.
+The end-to-end tests run on ``observed_stack`` (``conftest.py``), whose profiles declare
+budgets that the scripted conversation overruns on purpose: three concurrent 300 ms
+reads against a 100 ms tools budget, or a model that hangs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from procs import ServerProcess
@@ -17,10 +17,6 @@ from stack import (
     ms,
     run_events,
     scrape,
-    scripted_toolserver,
-    sidecar,
-    sidecar_config,
-    simulator,
 )
 
 from agentsidecar.client import AgentClient
@@ -28,26 +24,10 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.budget import BudgetPolicy, BudgetStage, RunBudget
 from sidecar.config import BudgetConfig
 
-TOOLS_100MS = {"tools": 0.1}
 
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
-    with simulator() as sim, scripted_toolserver() as tools:
-        config = sidecar_config(
-            sim,
-            [{"name": "scripted", "address": tools.address, "timeout": 1.0}],
-            profiles={
-                "tools_stop": {"budget": {**TOOLS_100MS, "policy": "stop"}},
-                "tools_answer": {"budget": {**TOOLS_100MS, "policy": "answer"}},
-                "tools_continue": {"budget": {**TOOLS_100MS, "other": 1e-6}},
-                "total_stop": {"budget": {"total": 0.5, "policy": "stop"}},
-                "roomy": {"budget": {"total": 30, "policy": "stop"}},
-            },
-            telemetry={"metrics": {"enabled": True, "port": 0}},
-        )
-        with sidecar(config, tmp_path_factory.mktemp("budgets")) as side:
-            yield {"sim": sim, "sidecar": side}
+@pytest.fixture
+def stack(observed_stack: dict[str, ServerProcess]) -> dict[str, ServerProcess]:
+    return observed_stack
 
 
 @pytest.fixture
@@ -164,13 +144,13 @@ async def test_a_shorter_caller_deadline_wins_over_the_budget(
 ) -> None:
     await sim.faults({"kind": "hang"})
     session = await client.create_session("roomy")
-    response = await client.run(session.session_id, "hello again", timeout=1.5)
+    response = await client.run(session.session_id, "hello again", timeout=1.0)
     result = response.result
     # The caller's deadline ran out, not the 30 s budget.
     assert result.stop_reason == agent_pb2.STOP_REASON_BUDGET_EXHAUSTED
     assert not result.budget_overruns
     model = next(s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL)
-    assert ms(model.model_call.time_allowed) < 1500
+    assert ms(model.model_call.time_allowed) < 1000
 
 
 def _budget(policy: str, **budgets: float) -> tuple[RunBudget, float]:

@@ -1,27 +1,28 @@
 """Telemetry over real processes: the metrics endpoint, traces across processes, the log.
 
-One stack serves the module: the LLM simulator, the scripted tool server, the example
-shop tool server (tracing on, exporting to a receiver in this process) and a sidecar
-with metrics, tracing, the timeline log and a price table. Metric assertions compare
-two scrapes around the runs of one test, so tests do not depend on each other's runs.
+The stack is ``observed_stack`` (``conftest.py``): the LLM simulator, the scripted tool
+server, the example shop tool server (tracing on, exporting to a receiver in this
+process) and a sidecar with metrics, tracing, the timeline log and a price table. Metric
+assertions compare two scrapes around the runs of one test, so tests do not depend on
+each other's runs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from conftest import PRICES
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from otlp_receiver import OtlpReceiver, otlp_receiver
-from procs import spawn
+from otlp_receiver import OtlpReceiver
 from stack import (
     Scrape,
     SimControl,
@@ -29,65 +30,18 @@ from stack import (
     ms,
     run_events,
     scrape,
-    scripted_toolserver,
     set_broken,
-    sidecar,
-    sidecar_config,
-    simulator,
 )
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 
-PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
 PRE_SALES = "Is SKU X-100 in inventory, what is its price, and is there a discount?"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("telemetry")
-    log = tmp / "timeline.jsonl"
-    with otlp_receiver() as receiver, simulator() as sim, scripted_toolserver() as tools:
-        traced = ["--otlp-endpoint", receiver.address, "--log-level", "WARNING"]
-        shop = spawn(
-            ["-m", "toolservers.examples.shop", "--port", "0", *traced],
-            env={"OTEL_BSP_SCHEDULE_DELAY": "50"},  # export within 50 ms
-        )
-        try:
-            config = sidecar_config(
-                sim,
-                [
-                    {
-                        "name": "scripted",
-                        "address": tools.address,
-                        "timeout": 1.0,
-                        "retry": {"max_attempts": 3, "initial_backoff": 0.01, "max_backoff": 0.05},
-                        "breaker": {"failure_threshold": 3, "reset_timeout": 0.3},
-                    },
-                    {"name": "shop", "address": shop.address},
-                ],
-                telemetry={
-                    "label": "build-42",
-                    "metrics": {"enabled": True, "port": 0},
-                    "tracing": {
-                        "enabled": True,
-                        "otlp_endpoint": receiver.address,
-                        "export_delay": 0.05,
-                    },
-                    "timeline_log": str(log),
-                },
-                prices={"simulated-model": PRICES},
-            )
-            with sidecar(config, tmp) as side:
-                yield {
-                    "sim": sim,
-                    "tools": tools,
-                    "sidecar": side,
-                    "receiver": receiver,
-                    "log": log,
-                }
-        finally:
-            shop.stop()
+@pytest.fixture
+def stack(observed_stack: dict[str, Any]) -> dict[str, Any]:
+    return observed_stack
 
 
 @pytest.fixture
@@ -352,21 +306,14 @@ def test_a_record_that_cannot_be_written_never_fails_the_run(tmp_path: Path) -> 
     )
 
 
-def test_a_timeline_log_that_cannot_be_opened_stops_the_sidecar_at_start(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
+def test_a_timeline_log_that_cannot_be_opened_is_a_start_error_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    from sidecar.config import parse_config
+    from sidecar.telemetry import Telemetry, TelemetryUnavailable
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    config = tmp_path / "sidecar.yaml"
-    config.write_text(f"telemetry:\n  timeline_log: {blocker}/timeline.jsonl\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "serve", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "GROQ_API_KEY": ""},
-    )
-    assert proc.returncode == 2
-    assert "telemetry.timeline_log" in proc.stderr
+    config = parse_config({"telemetry": {"timeline_log": f"{blocker}/timeline.jsonl"}})
+    with pytest.raises(TelemetryUnavailable, match=r"telemetry\.timeline_log"):
+        Telemetry.from_config(config)
