@@ -298,12 +298,20 @@ async def test_a_hanging_model_ends_the_run_at_the_callers_deadline(
 async def test_cancelling_a_run_cancels_its_tool_calls(
     client: AgentClient, tools_address: str
 ) -> None:
-    before = (await tool_stats(tools_address))["cancelled"]
+    stats = await tool_stats(tools_address)
+    before, hangs = stats["cancelled"], stats["calls"].get("hang", 0)
     session = await client.create_session()
+
+    async def handler_running() -> bool:
+        return bool((await tool_stats(tools_address))["calls"].get("hang", 0) > hangs)
+
     async with asyncio.timeout(10):
         async for event in client.stream(session.session_id, "hang please"):
             if event.WhichOneof("event") == "tool_call_started":
-                break  # leaving the loop cancels the call
+                # A call cancelled before its handler starts is never seen by the server:
+                # wait until it runs, then leave the loop, which cancels the call.
+                await eventually(handler_running)
+                break
 
     async def server_saw_cancel() -> bool:
         return bool((await tool_stats(tools_address))["cancelled"] > before)
