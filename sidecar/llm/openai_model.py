@@ -12,6 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -199,6 +200,7 @@ class OpenAICompatibleModel:
         calls: dict[int, list[str]] = {}  # index -> [id, name, arguments...]
         finish_reason = "stop"
         usage_obj: Any = None
+        groq_usage: Any = None
         try:
             stream = await self._client.chat.completions.create(
                 **self._params(request),
@@ -210,6 +212,9 @@ class OpenAICompatibleModel:
                 async for chunk in stream:
                     if chunk.usage is not None:
                         usage_obj = chunk.usage
+                    extra = chunk.model_extra
+                    if extra and "x_groq" in extra:
+                        groq_usage = _groq_usage(extra["x_groq"]) or groq_usage
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]
@@ -241,8 +246,8 @@ class OpenAICompatibleModel:
             text="".join(parts),
             tool_calls=tool_calls,
             finish_reason=finish_reason,
-            usage=_usage(usage_obj),
-            provider=_provider_timing(usage_obj),
+            usage=_usage(usage_obj if usage_obj is not None else groq_usage),
+            provider=_provider_timing(usage_obj if groq_usage is None else groq_usage),
             time_to_first_token=first_token,
         )
 
@@ -257,6 +262,13 @@ def _usage(usage: Any) -> Usage:
         completion_tokens=usage.completion_tokens or 0,
         cached_prompt_tokens=cached or 0,
     )
+
+
+def _groq_usage(x_groq: Any) -> Any:
+    """Groq's streamed usage (``x_groq.usage`` of the last chunk), which carries its
+    timing even when the standard usage chunk does not; None when absent."""
+    usage = x_groq.get("usage") if isinstance(x_groq, dict) else None
+    return SimpleNamespace(**usage) if isinstance(usage, dict) else None
 
 
 def _provider_timing(usage: Any) -> ProviderTiming:
