@@ -7,7 +7,8 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
-.PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean
+.PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
+	bench-telemetry latency-bill
 
 install: $(VENV)/.installed
 
@@ -39,6 +40,14 @@ $(BUF):
 ## demo: start the example tool servers and run the agent demo end to end.
 demo: install
 	$(PY) -m sidecar.cli demo
+
+## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
+bench-telemetry: install
+	$(PY) bench/telemetry_overhead.py
+
+## latency-bill: log demo runs, print their latency bill, chart it to docs/latency-bill.png.
+latency-bill: install
+	$(PY) bench/latency_bill.py
 
 ## proto: regenerate the Python code from protos/.
 proto: install

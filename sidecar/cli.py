@@ -1,4 +1,4 @@
-"""``agent-sidecar``: serve, run the LLM simulator, or run the demo.
+"""``agent-sidecar``: serve, run the LLM simulator, run the demo, or print a latency bill.
 
 Configuration is read here, once, validated, and passed down; nothing below this module
 reads the environment.
@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -25,6 +26,7 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.config import ConfigError, load_config, parse_config
     from sidecar.server import serve
+    from sidecar.telemetry import TelemetryUnavailable
 
     try:
         config = load_config(args.config) if args.config else parse_config({})
@@ -35,7 +37,11 @@ def _serve(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"port": args.port})}
         )
-    _run(serve(config))
+    try:
+        _run(serve(config))
+    except TelemetryUnavailable as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -50,6 +56,35 @@ def _demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
     return int(_run(run_demo(json_output=args.json)))
+
+
+def _report(args: argparse.Namespace) -> int:
+    from sidecar.report import bills, load, render
+
+    try:
+        found = bills(load(args.logs))
+    except (OSError, ValueError) as exc:
+        print(f"agent-sidecar report: {exc}", file=sys.stderr)
+        return 2
+    if not found:
+        print("agent-sidecar report: the logs hold no runs", file=sys.stderr)
+        return 1
+    print(render(found), end="")
+    if args.no_png:
+        return 0
+    try:
+        from sidecar.report_chart import write_chart
+    except ImportError:
+        print(
+            "agent-sidecar report: the chart needs matplotlib: "
+            "pip install 'agent-sidecar[report]' (or pass --no-png)",
+            file=sys.stderr,
+        )
+        return 2
+    png = args.png or str(Path(args.logs[0]).with_suffix(".png"))
+    write_chart(found, png)
+    print(f"chart: {png}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,6 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="run the founding and pre-sales scenarios")
     demo.add_argument("--json", action="store_true", help="print each run's result as JSON")
     demo.set_defaults(handler=_demo)
+
+    report = commands.add_parser(
+        "report", help="print the latency bill of timeline logs and chart it (PNG)"
+    )
+    report.add_argument("logs", nargs="+", metavar="TIMELINE_LOG", help="timeline log (JSONL)")
+    report.add_argument("--png", help="chart path (default: the first log's, ending .png)")
+    report.add_argument("--no-png", action="store_true", help="print the bill only")
+    report.set_defaults(handler=_report)
 
     args = parser.parse_args(argv)
     logging.basicConfig(

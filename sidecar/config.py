@@ -102,6 +102,36 @@ class ModelConfig(_Strict):
     """Retries of failed model requests."""
 
 
+class BudgetConfig(_Strict):
+    """A profile's latency budget: for the whole run and for each kind of stage.
+
+    Every budget is optional; a profile that sets none has no budget. Overruns are seen
+    at stage boundaries (after each model call and each step's tool calls) and reported
+    once per stage and run; ``policy`` decides what happens next.
+    """
+
+    total: float | None = Field(None, gt=0)
+    """Seconds the whole run may take, from the moment the sidecar received the request."""
+    model: float | None = Field(None, gt=0)
+    """Seconds of model calls per run, summed (retries and backoff included)."""
+    tools: float | None = Field(None, gt=0)
+    """Seconds of tool calls per run: each step's wall time of tool calls, summed."""
+    other: float | None = Field(None, gt=0)
+    """Seconds of everything else per run: queueing, context building, the sidecar's own
+    overhead."""
+    policy: Literal["continue", "answer", "stop"] = "continue"
+    """What an overrun does. ``continue``: report it and go on (only the caller's deadline
+    bounds calls). ``answer``: one last model call with tool calls turned off, then stop
+    with STOP_REASON_BUDGET_ANSWERED. ``stop``: stop with STOP_REASON_BUDGET_STOPPED.
+    Under ``answer`` and ``stop`` each model request and tool call gets at most what is
+    left of the total budget and of its stage's budget as its timeout."""
+
+    @property
+    def declared(self) -> bool:
+        """Whether any budget is set."""
+        return any(b is not None for b in (self.total, self.model, self.tools, self.other))
+
+
 class ProfileConfig(_Strict):
     """An agent profile: what the agent is told, which tools it may use, its limits."""
 
@@ -117,6 +147,8 @@ class ProfileConfig(_Strict):
     """JSON Schema the final answer must match in structured mode; unset: free text."""
     approval_timeout: float = Field(300.0, gt=0)
     """Seconds a call waits for ApproveToolCall before it counts as denied."""
+    budget: BudgetConfig = BudgetConfig()
+    """The profile's latency budget; unset budgets are not checked."""
 
 
 class ServerConfig(_Strict):
@@ -132,6 +164,62 @@ class ServerConfig(_Strict):
     """Largest gRPC message accepted or sent."""
 
 
+class MetricsConfig(_Strict):
+    """The Prometheus endpoint."""
+
+    enabled: bool = False
+    """Serve metrics; off, the hot path records none."""
+    host: str = "127.0.0.1"
+    """Interface the metrics endpoint binds."""
+    port: int = Field(9464, ge=0, le=65535)
+    """Port of the metrics endpoint (``/metrics``); 0 picks a free one, printed at start."""
+
+
+class TracingConfig(_Strict):
+    """OpenTelemetry tracing, exported over OTLP/gRPC."""
+
+    enabled: bool = False
+    """Record spans (run, step, model call, tool call) and carry the trace context to
+    tool servers; off, the hot path creates no span."""
+    otlp_endpoint: str = "127.0.0.1:4317"
+    """``host:port`` of the OTLP/gRPC receiver (an OpenTelemetry Collector, Jaeger, Tempo)."""
+    insecure: bool = True
+    """Plaintext to the receiver; false for TLS with the system's trust store."""
+    service_name: str = "agent-sidecar"
+    """The ``service.name`` resource attribute of every span."""
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """Share of new traces recorded; a caller's sampling decision is always followed."""
+    export_delay: float = Field(1.0, gt=0)
+    """Seconds between batched exports; spans wait at most this long in memory."""
+
+
+class TelemetryConfig(_Strict):
+    """Metrics, tracing and the timeline log. All off by default."""
+
+    label: str | None = None
+    """The config or version label written with each timeline record, for comparing
+    releases in ``agent-sidecar report``; unset: ``agent-sidecar VERSION``."""
+    metrics: MetricsConfig = MetricsConfig()
+    """The Prometheus endpoint."""
+    tracing: TracingConfig = TracingConfig()
+    """OpenTelemetry tracing."""
+    timeline_log: str | None = None
+    """Path of a JSON-lines file that gets one record per finished run (its timeline,
+    usage, cost and budget overruns), appended; unset: no log."""
+
+
+class PriceConfig(_Strict):
+    """A model's list prices, in US dollars per million tokens."""
+
+    prompt: float = Field(ge=0)
+    """Price of a million prompt tokens."""
+    completion: float = Field(ge=0)
+    """Price of a million completion tokens."""
+    cached_prompt: float | None = Field(None, ge=0)
+    """Price of a million prompt tokens served from the provider's prompt cache; unset:
+    the prompt price."""
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -139,6 +227,9 @@ class SidecarConfig(_Strict):
     model: ModelConfig = ModelConfig()
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: {"default": ProfileConfig()})
     tool_servers: list[ToolServerConfig] = Field(default_factory=list)
+    telemetry: TelemetryConfig = TelemetryConfig()
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    """Price table by model name (as sent in requests), for each run's cost."""
 
     @field_validator("tool_servers")
     @classmethod

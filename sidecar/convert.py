@@ -6,6 +6,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
+from sidecar.budget import BudgetOverrun
+from sidecar.cost import RunCost
 from sidecar.llm.model import Usage
 from sidecar.run import (
     ModelCallDetail,
@@ -49,6 +51,8 @@ def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
         provider_completion_time=_optional(p.completion_time),
         usage=usage(d.usage),
         attempts=d.attempts,
+        error_code=d.error or "",
+        time_allowed=_optional(d.time_allowed),
     )
 
 
@@ -59,6 +63,9 @@ def _tool_call(d: ToolCallDetail) -> agent_pb2.ToolCallTiming:
         handler_duration=_optional(d.handler_duration),
         attempts=d.attempts,
         wait_duration=duration(d.wait_duration),
+        retry_backoff=duration(d.backoff) if d.backoff else None,
+        breaker_rejected=d.breaker_rejected,
+        time_allowed=_optional(d.time_allowed),
     )
 
 
@@ -93,7 +100,30 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         result.error.code = outcome.error.code
         result.error.message = outcome.error.message
         result.error.retryable = outcome.error.retryable
+    if outcome.cost is not None:
+        result.cost.CopyFrom(cost(outcome.cost))
+    if outcome.overruns:
+        result.budget_overruns.extend(budget_exceeded(o) for o in outcome.overruns)
     return result
+
+
+def cost(c: RunCost) -> agent_pb2.Cost:
+    return agent_pb2.Cost(
+        prompt_usd=c.prompt_usd,
+        completion_usd=c.completion_usd,
+        total_usd=c.total_usd,
+        cached_prompt_usd=c.cached_prompt_usd,
+    )
+
+
+def budget_exceeded(o: BudgetOverrun) -> agent_pb2.BudgetExceeded:
+    return agent_pb2.BudgetExceeded(
+        stage=int(o.stage),  # type: ignore[arg-type]
+        budget=duration(o.budget),
+        spent=duration(o.spent),
+        policy=int(o.policy),  # type: ignore[arg-type]
+        step=o.step,
+    )
 
 
 def tool_call_finished(step: int, o: ToolOutcome) -> agent_pb2.ToolCallFinished:

@@ -76,13 +76,24 @@ def format_timeline(timeline: agent_pb2.Timeline) -> str:
         detail = ""
         if stage.HasField("model_call"):
             m = stage.model_call
-            if m.HasField("time_to_first_token"):
-                detail = f"ttft {_ms(m.time_to_first_token):.1f} ms, "
-            detail += f"{m.usage.prompt_tokens}+{m.usage.completion_tokens} tokens"
+            if m.error_code:
+                detail = f"failed: {m.error_code}"
+            else:
+                if m.HasField("time_to_first_token"):
+                    detail = f"ttft {_ms(m.time_to_first_token):.1f} ms, "
+                detail += f"{m.usage.prompt_tokens}+{m.usage.completion_tokens} tokens"
+            if m.attempts > 1:
+                detail += f", {m.attempts} attempts"
         elif stage.HasField("tool_call"):
             t = stage.tool_call
             status = agent_pb2.ToolCallStatus.Name(t.status).removeprefix("TOOL_CALL_STATUS_")
-            detail = f"{status.lower()}, handler {_ms(t.handler_duration):.1f} ms"
+            detail = status.lower()
+            if t.HasField("handler_duration"):
+                detail += f", handler {_ms(t.handler_duration):.1f} ms"
+            if t.attempts > 1:
+                detail += f", {t.attempts} attempts, backoff {_ms(t.retry_backoff):.1f} ms"
+            if t.breaker_rejected:
+                detail += ", refused by the breaker"
         lines.append(
             f"    {kind:<14}{stage.name[:25]:<26}{stage.step:>4}"
             f"{_ms(stage.start_offset):>10.1f}{_ms(stage.duration):>9.1f}  {detail}"
@@ -118,6 +129,8 @@ async def _scenario(client: AgentClient, title: str, text: str, json_output: boo
         reason = agent_pb2.StopReason.Name(result.stop_reason).removeprefix("STOP_REASON_")
         print(f"  answer ({reason.lower()}): {result.answer}")
         print(format_timeline(result.timeline))
+        if result.HasField("cost"):
+            print(f"    cost ${result.cost.total_usd:.6f}")
     return result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
 
 

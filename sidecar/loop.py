@@ -12,17 +12,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
 import orjson
 
-from sidecar.config import ProfileConfig
+from sidecar.budget import BudgetOverrun, BudgetPolicy, BudgetStage, RunBudget
+from sidecar.config import BudgetConfig, ProfileConfig
 from sidecar.llm.model import (
     Model,
     ModelError,
     ModelRequest,
     ModelResponse,
+    ProviderTiming,
     ToolUseFailed,
     Usage,
 )
@@ -44,10 +46,19 @@ from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher
 
+if TYPE_CHECKING:
+    from sidecar.telemetry.tracing import RunTrace
+
 _REPAIR_PROMPT = (
     "Your last tool call could not be parsed: {error}\nYour output was: {generation}\n"
     "Call the tool again with arguments that are one valid JSON object matching its schema."
 )
+# Sent (not kept) with the last model call of a run whose budget policy is "answer".
+_ANSWER_NOW = {
+    "role": "system",
+    "content": "This turn's time budget is used up. Answer now from what you already know "
+    "and the tool results above; do not call tools.",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,8 @@ class Profile:
     system_message: dict[str, Any]
     allowed: frozenset[str] | None
     validate_answer: Callable[[Any], Any] | None
+    budget: BudgetConfig | None = None
+    """The latency budget; None when the profile declares none."""
 
     @classmethod
     def build(cls, name: str, config: ProfileConfig) -> Profile:
@@ -70,6 +83,7 @@ class Profile:
             validate_answer=fastjsonschema.compile(config.answer_schema)
             if config.answer_schema is not None
             else None,
+            budget=config.budget if config.budget.declared else None,
         )
 
 
@@ -131,6 +145,7 @@ class AgentLoop:
         approver: Approver | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         clock: Clock | None = None,
+        trace: RunTrace | None = None,
     ) -> RunResultWithMessages:
         """Run one user turn.
 
@@ -144,9 +159,14 @@ class AgentLoop:
             approver: decides calls that need approval.
             metadata: gRPC metadata for tool calls (trace context).
             clock: the run's clock, when the caller started it earlier.
+            trace: the run's spans, when tracing is on.
         """
         clock = clock or Clock()
         run = _Run(self, profile, clock, deadline, structured, sink, approver, metadata)
+        run.trace = trace
+        if profile.budget is not None:
+            started = time.monotonic() - clock.now()
+            run.budget = RunBudget(profile.budget, started=started, deadline=deadline)
         return await run.execute(history, user_input)
 
 
@@ -176,7 +196,10 @@ class _Run:
         self.usage = Usage()
         self.tool_calls = 0
         self.steps = 0
-        self.accounted = 0.0  # seconds covered by model and tool stages
+        self.trace: RunTrace | None = None
+        self.budget: RunBudget | None = None
+        self.overruns: list[BudgetOverrun] = []
+        self.history: Sequence[dict[str, Any]] = ()
 
     def finish(
         self,
@@ -186,7 +209,9 @@ class _Run:
         error: RunError | None = None,
     ) -> RunResultWithMessages:
         total = self.clock.now()
-        overhead = max(0.0, total - self.accounted)
+        if self.budget is not None:
+            self._report_overruns(self.steps)
+        overhead = _uncovered(self.stages, total)
         self.stages.append(Stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, overhead))
         outcome = RunOutcome(
             answer=answer,
@@ -197,6 +222,7 @@ class _Run:
             steps=self.steps,
             tool_calls=self.tool_calls,
             error=error,
+            overruns=self.overruns,
         )
         return RunResultWithMessages(outcome, new_messages)
 
@@ -207,9 +233,14 @@ class _Run:
         new: list[dict[str, Any]] = [{"role": "user", "content": user_input}]
         schema = config.answer_schema if self.structured else None
         stream = not self.structured and self.sink is not None
+        self.history = history
+        # Since the request arrived: session lookup, admission.
+        self.stages.append(Stage(StageKind.QUEUE, "queue", 0, 0.0, self.clock.now()))
         while True:
             self.steps += 1
             step = self.steps
+            if self.trace is not None:
+                self.trace.step(step, self.clock.now())
             built = self.clock.now()
             messages = [self.profile.system_message, *history, *new]
             tools = self.loop.tool_definitions(self.profile)
@@ -229,12 +260,14 @@ class _Run:
                 try:
                     response = await self._think(step, [*messages, repair], tools, stream, schema)
                 except ModelError as again:
-                    return self._model_failed(again, history_kept=new)
+                    return await self._model_failed(again, history_kept=new)
             except ModelError as exc:
-                return self._model_failed(exc, history_kept=new)
+                return await self._model_failed(exc, history_kept=new)
 
             if not response.tool_calls:
                 return self._answer(response.text, new)
+            if self.budget is not None and (over := await self._over_budget(step, new)):
+                return over
 
             calls = response.tool_calls
             assistant = {
@@ -263,19 +296,25 @@ class _Run:
                 step,
                 calls,
                 clock=self.clock,
-                deadline=self.deadline,
+                deadline=self.deadline
+                if self.budget is None
+                else self.budget.deadline(BudgetStage.TOOLS),
                 allowed=self.profile.allowed,
                 sink=self.sink,
                 approver=self.approver,
                 metadata=self.metadata,
+                trace=self.trace,
             )
-            self.accounted += self.clock.now() - stage_start
+            if self.budget is not None:
+                self.budget.tools_spent += self.clock.now() - stage_start
             for o in outcomes:
                 new.append({"role": "tool", "tool_call_id": o.call_id, "content": _content(o)})
                 self.stages.append(_tool_stage(step, o))
             if self.sink is not None:
                 step_stages = [s for s in self.stages if s.step == step]
                 self.sink.step_finished(step, step_stages, self.clock.now() - built)
+            if self.budget is not None and (over := await self._over_budget(step, new)):
+                return over
             if time.monotonic() >= self.deadline:
                 return self.finish("", StopReason.BUDGET_EXHAUSTED, new[:1])
 
@@ -286,8 +325,14 @@ class _Run:
         tools: list[dict[str, Any]],
         stream: bool,
         schema: dict[str, Any] | None,
+        deadline: float | None = None,
+        tool_choice: str | None = None,
     ) -> ModelResponse:
-        remaining = self.deadline - time.monotonic()
+        if deadline is None:
+            deadline = (
+                self.deadline if self.budget is None else self.budget.deadline(BudgetStage.MODEL)
+            )
+        remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ModelError("deadline_exceeded", "the run's time ran out", retryable=False)
         sink = self.sink
@@ -297,37 +342,53 @@ class _Run:
             def on_text(text: str) -> None:
                 sink.text_delta(step, text)
 
-        request = ModelRequest(messages, tools, stream, remaining, schema)
+        request = ModelRequest(messages, tools, stream, remaining, schema, tool_choice)
         start = self.clock.now()
         try:
             async with asyncio.timeout(remaining):
                 response = await self.loop.model.complete(request, on_text)
         except TimeoutError:
+            self._model_stage(step, start, remaining, None, "deadline_exceeded")
             raise ModelError(
                 "deadline_exceeded", "the run's time ran out", retryable=False
             ) from None
-        finally:
-            duration = self.clock.now() - start
-            self.accounted += duration
+        except ModelError as exc:
+            self._model_stage(step, start, remaining, None, exc.code)
+            raise
         self.usage.add(response.usage)
-        self.stages.append(
-            Stage(
-                StageKind.MODEL_CALL,
-                self.loop.model.name,
-                step,
-                start,
-                duration,
-                ModelCallDetail(
-                    response.usage,
-                    response.provider,
-                    response.time_to_first_token,
-                    response.attempts,
-                ),
-            )
-        )
+        self._model_stage(step, start, remaining, response, None)
         return response
 
-    def _answer(self, text: str, new: list[dict[str, Any]]) -> RunResultWithMessages:
+    def _model_stage(
+        self,
+        step: int,
+        start: float,
+        allowed: float,
+        response: ModelResponse | None,
+        error: str | None,
+    ) -> None:
+        duration = self.clock.now() - start
+        if self.budget is not None:
+            self.budget.model_spent += duration
+        if response is None:
+            detail = ModelCallDetail(Usage(), ProviderTiming(), None, 0, error, allowed)
+        else:
+            detail = ModelCallDetail(
+                response.usage,
+                response.provider,
+                response.time_to_first_token,
+                response.attempts,
+                None,
+                allowed,
+            )
+        stage = Stage(StageKind.MODEL_CALL, self.loop.model.name, step, start, duration, detail)
+        self.stages.append(stage)
+        if self.trace is not None:
+            self.trace.model_call(stage)
+
+    def _answer(
+        self, text: str, new: list[dict[str, Any]], reason: StopReason = StopReason.ANSWERED
+    ) -> RunResultWithMessages:
         new.append({"role": "assistant", "content": text})
         validate = self.profile.validate_answer
         if self.structured and validate is not None:
@@ -340,11 +401,57 @@ class _Run:
                     retryable=True,
                 )
                 return self.finish(text, StopReason.INVALID_ANSWER, new, error)
-        return self.finish(text, StopReason.ANSWERED, new)
+        return self.finish(text, reason, new)
 
-    def _model_failed(
+    def _report_overruns(self, step: int) -> list[BudgetOverrun]:
+        assert self.budget is not None
+        found = self.budget.overruns(step, self.clock.now())
+        for overrun in found:
+            self.overruns.append(overrun)
+            if self.sink is not None:
+                self.sink.budget_exceeded(overrun)
+        return found
+
+    async def _over_budget(
+        self, step: int, new: list[dict[str, Any]]
+    ) -> RunResultWithMessages | None:
+        """Report new overruns and apply the policy; None when the run goes on."""
+        assert self.budget is not None
+        if not self._report_overruns(step):
+            return None
+        policy = self.budget.policy
+        if policy is BudgetPolicy.STOP:
+            return self.finish("", StopReason.BUDGET_STOPPED, new)
+        if policy is BudgetPolicy.ANSWER:
+            return await self._answer_now(new)
+        return None
+
+    async def _answer_now(self, new: list[dict[str, Any]]) -> RunResultWithMessages:
+        """The "answer" policy: one last model call, tools offered (the prompt prefix stays
+        cacheable) but turned off, bounded by the run's deadline rather than its budget."""
+        self.budget = None  # the budget has had its say: no second policy round
+        self.steps += 1
+        step = self.steps
+        if self.trace is not None:
+            self.trace.step(step, self.clock.now())
+        messages = [self.profile.system_message, *self.history, *new, _ANSWER_NOW]
+        tools = self.loop.tool_definitions(self.profile)
+        stream = not self.structured and self.sink is not None
+        schema = self.profile.config.answer_schema if self.structured else None
+        try:
+            response = await self._think(
+                step, messages, tools, stream, schema, deadline=self.deadline, tool_choice="none"
+            )
+        except ModelError as exc:
+            return await self._model_failed(exc, history_kept=new)
+        # A model that calls tools anyway gets no tools: its text is the answer.
+        return self._answer(response.text, new, StopReason.BUDGET_ANSWERED)
+
+    async def _model_failed(
         self, exc: ModelError, history_kept: list[dict[str, Any]]
     ) -> RunResultWithMessages:
+        if self.budget is not None and (over := await self._over_budget(self.steps, history_kept)):
+            return over
         if exc.code in ("deadline_exceeded", "model_timeout") and time.monotonic() >= (
             self.deadline - 0.001
         ):
@@ -368,8 +475,39 @@ def _tool_stage(step: int, o: ToolOutcome) -> Stage:
         step,
         o.start,
         o.duration,
-        ToolCallDetail(o.call_id, o.status, o.handler_duration, o.attempts, o.wait_duration),
+        ToolCallDetail(
+            o.call_id,
+            o.status,
+            o.handler_duration,
+            o.attempts,
+            o.wait_duration,
+            o.backoff,
+            o.breaker_rejected,
+            o.time_allowed,
+        ),
     )
+
+
+def _uncovered(stages: Sequence[Stage], total: float) -> float:
+    """The run's time no stage covers: the sidecar's own overhead.
+
+    Stages of one step's tool calls overlap, so they count as the wall time they cover;
+    every other stage runs alone.
+    """
+    covered = 0.0
+    tools: dict[int, list[float]] = {}
+    for s in stages:
+        if s.kind is StageKind.TOOL_CALL:
+            span = tools.get(s.step)
+            if span is None:
+                tools[s.step] = [s.start, s.start + s.duration]
+            else:
+                span[0] = min(span[0], s.start)
+                span[1] = max(span[1], s.start + s.duration)
+        else:
+            covered += s.duration
+    covered += sum(end - start for start, end in tools.values())
+    return max(0.0, total - covered)
 
 
 AwaitApproval = Callable[[str, str, float], Awaitable[tuple[bool, str]]]

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sidecar.budget import BudgetOverrun
+from sidecar.cost import RunCost
 from sidecar.llm.model import ProviderTiming, Usage
 
 
@@ -25,6 +27,8 @@ class StopReason(enum.IntEnum):
     CANCELLED = 6
     INTERRUPTED = 7
     INVALID_ANSWER = 8
+    BUDGET_ANSWERED = 9
+    BUDGET_STOPPED = 10
 
 
 class ToolCallStatus(enum.IntEnum):
@@ -66,6 +70,10 @@ class ModelCallDetail:
     provider: ProviderTiming
     time_to_first_token: float | None
     attempts: int
+    error: str | None = None
+    """The error code when the call failed."""
+    time_allowed: float | None = None
+    """Seconds the call was allowed, retries included."""
 
 
 @dataclass(slots=True)
@@ -77,6 +85,11 @@ class ToolCallDetail:
     handler_duration: float | None
     attempts: int
     wait_duration: float
+    backoff: float = 0.0
+    """Seconds spent waiting between attempts."""
+    breaker_rejected: bool = False
+    time_allowed: float | None = None
+    """Seconds the call was allowed (its gRPC deadline); None when it was never sent."""
 
 
 @dataclass(slots=True)
@@ -124,6 +137,24 @@ class RunOutcome:
     steps: int
     tool_calls: int
     error: RunError | None = None
+    cost: RunCost | None = None
+    overruns: list[BudgetOverrun] = field(default_factory=list)
+
+    def add_persistence(self, start: float, end: float) -> None:
+        """Add the PERSISTENCE stage (recording the turn), which follows the loop's end.
+
+        The run then lasts until ``end``; the moment between the loop's end and ``start``
+        is the sidecar's own, so it goes to the OVERHEAD stage.
+        """
+        stage = Stage(StageKind.PERSISTENCE, "session_store", 0, start, end - start)
+        stages = self.stages
+        if stages and stages[-1].kind is StageKind.OVERHEAD:
+            # OVERHEAD sums the whole run's uncovered time; it stays the last stage.
+            stages[-1].duration += max(0.0, start - self.total)
+            stages.insert(len(stages) - 1, stage)
+        else:
+            stages.append(stage)
+        self.total = end
 
 
 @dataclass(slots=True)
@@ -139,6 +170,9 @@ class ToolOutcome:
     handler_duration: float | None = None
     attempts: int = 1
     wait_duration: float = 0.0
+    backoff: float = 0.0
+    breaker_rejected: bool = False
+    time_allowed: float | None = None
 
 
 class EventSink(Protocol):
@@ -158,6 +192,8 @@ class EventSink(Protocol):
     ) -> None: ...
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None: ...
+
+    def budget_exceeded(self, overrun: BudgetOverrun) -> None: ...
 
 
 @dataclass(slots=True)

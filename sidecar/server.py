@@ -26,6 +26,7 @@ from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.loop import AgentLoop
 from sidecar.service import AgentServicer
 from sidecar.sessions.store import MemorySessionStore
+from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 
@@ -43,12 +44,22 @@ class Sidecar:
     def __init__(self, config: SidecarConfig, *, api_key: str | None) -> None:
         self.config = config
         self._api_key = api_key
+        self.telemetry = Telemetry.from_config(config)
+        metrics = self.telemetry.metrics
         self.catalog = ToolCatalog()
         self.catalog.set_server_order([s.name for s in config.tool_servers])
         self.connections = {
-            s.name: ToolServerConnection(s, on_discovered=self._discovered)
+            s.name: ToolServerConnection(
+                s,
+                on_discovered=self._discovered,
+                on_breaker_change=metrics.breaker_changed if metrics is not None else None,
+            )
             for s in config.tool_servers
         }
+        if metrics is not None:
+            for s in config.tool_servers:
+                metrics.breaker_known(s.name)
+        self.metrics_port: int | None = None
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._simulator: object | None = None
@@ -90,6 +101,7 @@ class Sidecar:
             max_tokens=model.max_tokens,
             parallel_tool_calls=model.parallel_tool_calls,
             transport=model.transport,
+            on_error=self.telemetry.model_error_hook(model.model),
         )
 
     async def start(self) -> int:
@@ -101,7 +113,10 @@ class Sidecar:
             ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
         ]
         server = grpc.aio.server(options=options)
-        self._servicer = AgentServicer(loop, MemorySessionStore())
+        self._servicer = AgentServicer(loop, MemorySessionStore(), self.telemetry)
+        if self.telemetry.metrics is not None:
+            metrics = self.config.telemetry.metrics
+            self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -168,6 +183,7 @@ class Sidecar:
             await self._model.close()
         if self._simulator is not None:
             await self._simulator.stop()  # type: ignore[attr-defined]
+        await self.telemetry.close()
 
 
 async def serve(config: SidecarConfig) -> None:
@@ -175,6 +191,8 @@ async def serve(config: SidecarConfig) -> None:
     sidecar = Sidecar(config, api_key=resolve_api_key(config.model))
     port = await sidecar.start()
     freeze_startup_heap()
+    if sidecar.metrics_port is not None:
+        print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
     print(f"listening on {config.server.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

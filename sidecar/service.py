@@ -17,10 +17,13 @@ import grpc
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar import convert
+from sidecar.budget import BudgetOverrun
+from sidecar.config import SidecarConfig
 from sidecar.llm.model import ToolCall, Usage
 from sidecar.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.run import Clock, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Turn
 from sidecar.sessions.store import Session, SessionExists, SessionStore
+from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool
 
 log = logging.getLogger(__name__)
@@ -80,13 +83,19 @@ class _StreamSink:
             )
         )
 
+    def budget_exceeded(self, overrun: BudgetOverrun) -> None:
+        self.put(budget_exceeded=convert.budget_exceeded(overrun))
+
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     """Implements ``agentsidecar.v1.AgentService``."""
 
-    def __init__(self, loop: AgentLoop, store: SessionStore) -> None:
+    def __init__(
+        self, loop: AgentLoop, store: SessionStore, telemetry: Telemetry | None = None
+    ) -> None:
         self._loop = loop
         self._store = store
+        self._telemetry = telemetry or Telemetry.from_config(SidecarConfig())
         self._approvals: dict[tuple[str, str], asyncio.Future[tuple[bool, str]]] = {}
         self._runs: set[asyncio.Task[Any]] = set()
         self._active = 0
@@ -225,7 +234,19 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             # Keep a little of the caller's deadline back to deliver the result in.
             budget = min(remaining - min(_RESULT_MARGIN, remaining * 0.1), DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
-        metadata = [(k, v) for k, v in (context.invocation_metadata() or ()) if k in _TRACE_HEADERS]
+        invocation = context.invocation_metadata() or ()
+        telemetry = self._telemetry
+        trace = telemetry.run_started(
+            profile=profile.name,
+            session_id=session.session_id,
+            run_id=run_id,
+            metadata=invocation,
+            clock=clock,
+            streamed=sink is not None,
+        )
+        # Traced, each tool call carries its own span's context; otherwise the caller's
+        # trace context passes through to the tool servers as it came.
+        metadata = [] if trace else [(k, v) for k, v in invocation if k in _TRACE_HEADERS]
         started = time.time()
         session.running = True
         self._active += 1
@@ -244,6 +265,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 approver=self._approver(session, profile, deadline) if sink else None,
                 metadata=metadata,
                 clock=clock,
+                trace=trace,
             )
             return result.outcome
         finally:
@@ -261,6 +283,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             # Recording is synchronous for the memory store and must happen even when
             # the run was cancelled; shield it from the cancellation.
             record = self._store.record_turn(session, turn, result.messages if result else [])
+            persisting = clock.now()
             try:
                 await asyncio.shield(record)
             finally:
@@ -268,6 +291,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 self._active -= 1
                 if self._active == 0:
                     self._idle.set()
+                end = clock.now()
+                if outcome is not None:
+                    outcome.add_persistence(persisting, end)
+                telemetry.run_finished(
+                    profile=profile.name,
+                    model=self._loop.model.name,
+                    session_id=session.session_id,
+                    run_id=run_id,
+                    outcome=outcome,
+                    trace=trace,
+                    end=end,
+                )
 
     def _approver(self, session: Session, profile: Profile, deadline: float) -> Any:
         async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:

@@ -1,8 +1,9 @@
 """Start real server processes for tests and learn the address they bound.
 
 Every server in this project (tool servers, the LLM simulator, the sidecar)
-prints exactly one line to stdout once it accepts connections:
-``listening on HOST:PORT``. Tests start servers on port 0 and read that line,
+prints one line to stdout once it accepts connections: ``listening on HOST:PORT``.
+Lines it prints before that one (the sidecar's ``metrics on HOST:PORT``) are kept
+as the process's ``preamble``. Tests start servers on port 0 and read those lines,
 so no port is ever guessed and no test sleeps waiting for a server.
 """
 
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 READY_PREFIX = "listening on "
 
@@ -30,6 +31,19 @@ class ServerProcess:
 
     popen: subprocess.Popen[str]
     address: str
+    preamble: list[str] = field(default_factory=list)
+    """Lines printed before the ``listening on`` line."""
+
+    def announced(self, prefix: str) -> str:
+        """The rest of the preamble line that starts with ``prefix``.
+
+        Raises:
+            LookupError: no such line was printed.
+        """
+        for line in self.preamble:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise LookupError(f"no line starting with {prefix!r} in {self.preamble}")
 
     @property
     def port(self) -> int:
@@ -88,6 +102,11 @@ def spawn(
     selector = selectors.DefaultSelector()
     selector.register(popen.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
+    # Raw reads: a buffered readline() could swallow the ready line along with an earlier
+    # one, and the selector would then wait for output that already arrived.
+    fd = popen.stdout.fileno()
+    pending = b""
+    preamble: list[str] = []
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -97,11 +116,16 @@ def spawn(
                 raise ProcessStartError(f"{' '.join(args)}: no address within {timeout}s")
             if not selector.select(remaining):
                 continue
-            line = popen.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 code = popen.wait()
                 raise ProcessStartError(f"{' '.join(args)}: exited with {code} before listening")
-            if line.startswith(READY_PREFIX):
-                return ServerProcess(popen, line[len(READY_PREFIX) :].strip())
+            pending += chunk
+            while b"\n" in pending:
+                raw, pending = pending.split(b"\n", 1)
+                line = raw.decode()
+                if line.startswith(READY_PREFIX):
+                    return ServerProcess(popen, line[len(READY_PREFIX) :].strip(), preamble)
+                preamble.append(line)
     finally:
         selector.close()

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 import yaml
 from procs import ServerProcess, spawn
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2, tool_pb2, tool_pb2_grpc
@@ -162,3 +163,24 @@ async def eventually(
     async with asyncio.timeout(timeout):
         while not await check():  # noqa: ASYNC110 - the state is in another process
             await asyncio.sleep(interval)
+
+
+class Scrape:
+    """One scrape of the metrics endpoint."""
+
+    def __init__(self, text: str) -> None:
+        self.samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                self.samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def get(self, name: str, **labels: str) -> float:
+        """The sample's value; 0 when the series does not exist (yet)."""
+        return self.samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def scrape(side: ServerProcess) -> Scrape:
+    address = side.announced("metrics on ")
+    async with aiohttp.ClientSession() as http, http.get(f"http://{address}/metrics") as r:
+        r.raise_for_status()
+        return Scrape(await r.text())

@@ -10,6 +10,7 @@ from stack import SimControl, simulator
 
 from sidecar.config import ModelRetryPolicy
 from sidecar.llm.model import (
+    ModelError,
     ModelRequest,
     ModelRequestRejected,
     ModelUnavailable,
@@ -122,13 +123,33 @@ async def test_tool_use_failed_carries_the_failed_generation(
     assert info.value.failed_generation
 
 
-async def test_a_hanging_endpoint_times_out_within_the_request_timeout(
+async def test_a_hanging_endpoint_is_cut_off_at_the_runs_deadline(
     model: OpenAICompatibleModel, sim: ServerProcess
 ) -> None:
     await SimControl(sim.address).faults({"kind": "hang", "times": 5})
-    with pytest.raises(ModelUnavailable) as info:
+    with pytest.raises(ModelError) as info:
         await model.complete(ModelRequest(ASK, TOOLS, False, 0.5))
-    assert info.value.code == "model_timeout"
+    assert info.value.code == "deadline_exceeded" and not info.value.retryable
+
+
+async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retried(
+    sim: ServerProcess,
+) -> None:
+    control = SimControl(sim.address)
+    await control.reset()
+    await control.faults({"kind": "hang"})
+    client = OpenAICompatibleModel(
+        base_url=f"http://{sim.address}/openai/v1",
+        api_key="test",
+        model="simulated-model",
+        retry=ModelRetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
+        timeout=0.3,
+    )
+    try:
+        response = await client.complete(ModelRequest(ASK, TOOLS, False, 10))
+    finally:
+        await client.close()
+    assert response.attempts == 2 and response.tool_calls
 
 
 async def test_an_unreachable_endpoint_is_reported_as_unreachable() -> None:

@@ -10,11 +10,14 @@ import pytest
 from pydantic import BaseModel
 
 from agentsidecar.v1 import agent_pb2, tool_pb2
+from sidecar.budget import BudgetPolicy, BudgetStage
 from sidecar.config import (
     ConfigError,
     ModelConfig,
+    PriceConfig,
     ProfileConfig,
     ServerConfig,
+    TelemetryConfig,
     ToolServerConfig,
     parse_config,
 )
@@ -29,6 +32,8 @@ from sidecar.tools.catalog import ArgumentsInvalid, ToolCatalog
         (ToolCallStatus, agent_pb2.ToolCallStatus, "TOOL_CALL_STATUS_"),
         (StageKind, agent_pb2.StageKind, "STAGE_KIND_"),
         (ToolAvailability, agent_pb2.ToolAvailability, "TOOL_AVAILABILITY_"),
+        (BudgetStage, agent_pb2.BudgetStage, "BUDGET_STAGE_"),
+        (BudgetPolicy, agent_pb2.BudgetPolicy, "BUDGET_POLICY_"),
     ],
 )
 def test_plain_enums_mirror_the_proto_enums_value_for_value(
@@ -163,6 +168,8 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(ModelConfig, "model.")
         + _config_keys(ProfileConfig, "profiles.NAME.")
         + _config_keys(ToolServerConfig, "tool_servers[].")
+        + _config_keys(TelemetryConfig, "telemetry.")
+        + _config_keys(PriceConfig, "prices.MODEL.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

@@ -25,6 +25,10 @@ class ServeOptions:
             queue. Default 32.
         handle_signals: Drain on SIGTERM and SIGINT. Default True; turn off when
             embedding the server in a program that handles signals itself.
+        otlp_endpoint: ``host:port`` of an OTLP/gRPC receiver. When set, each call
+            continues the caller's trace (W3C ``traceparent`` in the gRPC metadata)
+            in a span of its own, exported there. Default none: no tracing. Needs
+            ``pip install 'agent-sidecar[tracing]'``.
     """
 
     host: str = "127.0.0.1"
@@ -34,6 +38,7 @@ class ServeOptions:
     tool_latency: Mapping[str, float] = field(default_factory=dict)
     sync_workers: int = 32
     handle_signals: bool = True
+    otlp_endpoint: str | None = None
 
     def latency_for(self, tool_name: str) -> float:
         """The simulated latency of one tool, in seconds."""
@@ -65,6 +70,11 @@ def parse_serve_args(
         help="simulated latency for one tool (repeatable)",
     )
     parser.add_argument("--sync-workers", type=int, default=32, help="threads for sync tools")
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="HOST:PORT",
+        help="trace each call and export the spans to this OTLP/gRPC receiver",
+    )
     parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
     args = parser.parse_args(argv)
     per_tool: dict[str, float] = {}
@@ -85,5 +95,6 @@ def parse_serve_args(
         latency=args.latency_ms / 1000,
         tool_latency=per_tool,
         sync_workers=args.sync_workers,
+        otlp_endpoint=args.otlp_endpoint,
     )
     return options, str(args.log_level).upper()

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 from toolservers._context import ProgressWriter, ToolContext
 from toolservers._runner import MalformedArguments, ToolRunner
+
+if TYPE_CHECKING:
+    from toolservers._tracing import HandlerTracing
 
 SERVICE_NAME: str = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
@@ -25,10 +28,17 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
     Args:
         runners: Tool name to its runner.
         tools: The ``ListTools`` answer, built once and returned as is.
+        tracing: Continues the caller's trace in a span per call; None when tracing is off.
     """
 
-    def __init__(self, runners: Mapping[str, ToolRunner], tools: tool_pb2.ListToolsResponse):
+    def __init__(
+        self,
+        runners: Mapping[str, ToolRunner],
+        tools: tool_pb2.ListToolsResponse,
+        tracing: HandlerTracing | None = None,
+    ):
         self._runners = dict(runners)
+        self._tracing = tracing
         self._tools = tools
         self._available = ", ".join(runners) or "(none)"
         self._draining = False
@@ -85,6 +95,23 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
             self._call_done()
 
     async def _execute(
+        self,
+        runner: ToolRunner,
+        call: tool_pb2.CallToolRequest,
+        context: grpc.aio.ServicerContext,
+        write: ProgressWriter | None,
+    ) -> tool_pb2.ToolResult:
+        tracing = self._tracing
+        if tracing is None:
+            return await self._run(runner, call, context, write)
+        method = "CallTool" if write is None else "StreamTool"
+        metadata = context.invocation_metadata()
+        with tracing.span(method, runner.name, call.call_id, metadata) as span:
+            result = await self._run(runner, call, context, write)
+            tracing.record(span, result)
+            return result
+
+    async def _run(
         self,
         runner: ToolRunner,
         call: tool_pb2.CallToolRequest,

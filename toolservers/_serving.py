@@ -53,7 +53,12 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     runners = {
         tool.name: ToolRunner(tool, executor, options.latency_for(tool.name)) for tool in tools
     }
-    service = ToolService(runners, list_tools_response(tools))
+    tracing = None
+    if options.otlp_endpoint:
+        from toolservers._tracing import HandlerTracing
+
+        tracing = HandlerTracing(server_name, options.otlp_endpoint)
+    service = ToolService(runners, list_tools_response(tools), tracing)
     health = HealthServicer()
     # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -88,6 +93,8 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         await server.stop(None)
         # Sync tools still running finish in their threads; their results are dropped.
         executor.shutdown(wait=False, cancel_futures=True)
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)  # exports what is buffered
 
 
 async def _drain(

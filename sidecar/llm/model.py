@@ -74,6 +74,9 @@ class ModelRequest:
     """Seconds the call may take, retries included."""
     response_schema: dict[str, Any] | None = None
     """When set, ask for a JSON answer matching this schema (structured outputs)."""
+    tool_choice: str | None = None
+    """When set, sent as ``tool_choice`` (``"none"``: the tools stay in the prompt, so its
+    prefix stays cacheable, but the model may not call them)."""
 
 
 class ModelError(Exception):

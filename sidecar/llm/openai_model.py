@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -39,7 +40,10 @@ _INCLUDE_USAGE = {"include_usage": True}
 
 
 class OpenAICompatibleModel:
-    """A :class:`~sidecar.llm.model.Model` over one shared HTTP transport."""
+    """A :class:`~sidecar.llm.model.Model` over one shared HTTP transport.
+
+    ``on_error``, when given, is called with every failed attempt, retried or not (metrics).
+    """
 
     def __init__(
         self,
@@ -53,8 +57,10 @@ class OpenAICompatibleModel:
         max_tokens: int | None = None,
         parallel_tool_calls: bool = True,
         transport: str = "direct",
+        on_error: Callable[[ModelError], None] | None = None,
     ) -> None:
         self.name = model
+        self._on_error = on_error
         kind = DirectTransport if transport == "direct" else SdkTransport
         self._transport: Transport = kind(base_url, api_key, timeout)
         self._retry = retry
@@ -97,9 +103,21 @@ class OpenAICompatibleModel:
                     retryable=False,
                 )
             timeout = min(remaining, self._timeout)
-            if request.stream:
-                return await self._stream(request, timeout, sink)
-            return await self._create(request, timeout)
+            try:
+                if request.stream:
+                    return await self._stream(request, timeout, sink)
+                return await self._create(request, timeout)
+            except ModelError as exc:
+                if exc.code == "model_timeout" and timeout == remaining:
+                    # The run's own deadline cut the request off, not a slow endpoint.
+                    exc = ModelError(
+                        "deadline_exceeded",
+                        "the run's time ran out before the model answered",
+                        retryable=False,
+                    )
+                if self._on_error is not None:
+                    self._on_error(exc)
+                raise exc from None
 
         # The first attempt runs bare: tenacity's bookkeeping is paid only on a retry.
         try:
@@ -147,7 +165,10 @@ class OpenAICompatibleModel:
         params["messages"] = request.messages
         if request.tools:
             params["tools"] = request.tools
-            params["parallel_tool_calls"] = self._parallel_tool_calls
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+            else:
+                params["parallel_tool_calls"] = self._parallel_tool_calls
         if request.response_schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
@@ -195,6 +216,7 @@ class OpenAICompatibleModel:
         calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
         finish_reason = "stop"
         usage: Any = None
+        groq_usage: Any = None
         lines = self._transport.stream(self._body(request, True), timeout)
         try:
             async for line in lines:
@@ -208,6 +230,11 @@ class OpenAICompatibleModel:
                     raise _stream_error(chunk["error"])
                 if chunk.get("usage"):
                     usage = chunk["usage"]
+                x_groq = chunk.get("x_groq")
+                if x_groq and x_groq.get("usage"):
+                    # Groq's streamed usage carries its timing even when the standard
+                    # usage chunk does not.
+                    groq_usage = x_groq["usage"]
                 choices = chunk.get("choices")
                 if not choices:
                     continue
@@ -248,8 +275,8 @@ class OpenAICompatibleModel:
             text="".join(parts),
             tool_calls=tool_calls,
             finish_reason=finish_reason,
-            usage=_usage(usage),
-            provider=_provider_timing(usage),
+            usage=_usage(usage or groq_usage),
+            provider=_provider_timing(groq_usage or usage),
             time_to_first_token=first_token,
         )
 

@@ -21,6 +21,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
@@ -32,6 +33,9 @@ from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
 from sidecar.tools.breaker import BreakerOpenError
 from sidecar.tools.catalog import ArgumentsInvalid, CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
+
+if TYPE_CHECKING:
+    from sidecar.telemetry.tracing import RunTrace
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
 _SERVER_FAULTS = frozenset(
@@ -56,6 +60,16 @@ class _Prepared:
     reads: frozenset[str]
     writes: frozenset[str]
     outcome: ToolOutcome | None  # set when the call is settled without running
+
+
+class _Tries:
+    """How often a call was attempted and how long it backed off in between."""
+
+    __slots__ = ("backoff", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.backoff = 0.0
 
 
 class _Failed(Exception):
@@ -87,6 +101,7 @@ class Dispatcher:
         sink: EventSink | None,
         approver: Approver | None,
         metadata: Sequence[tuple[str, str]] = (),
+        trace: RunTrace | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -99,6 +114,8 @@ class Dispatcher:
             sink: receives started/finished events, when the caller streams.
             approver: asked for tools that require approval; None denies them.
             metadata: gRPC metadata to send with each call (trace context).
+            trace: the run's spans, when tracing is on: each call gets a span, and its
+                metadata carries that span's context instead of ``metadata``.
         """
         prepared = [self._prepare(call, allowed, clock) for call in calls]
         done = [asyncio.Event() for _ in prepared]
@@ -106,6 +123,11 @@ class Dispatcher:
 
         async def run_one(i: int, waits: list[int]) -> None:
             item = prepared[i]
+            span = None
+            call_metadata = metadata
+            if trace is not None:
+                span = trace.tool_call(item.call.id, item.call.name)
+                call_metadata = span.metadata()
             try:
                 if item.outcome is not None:
                     outcomes[i] = item.outcome
@@ -114,12 +136,14 @@ class Dispatcher:
                     for j in waits:
                         await done[j].wait()
                     outcomes[i] = await self._run(
-                        step, item, clock, queued, deadline, sink, approver, metadata
+                        step, item, clock, queued, deadline, sink, approver, call_metadata
                     )
                 if sink is not None:
                     sink.tool_call_finished(step, outcomes[i])  # type: ignore[arg-type]
             finally:
                 done[i].set()
+                if span is not None:
+                    span.end(outcomes[i])
 
         async with asyncio.TaskGroup() as group:
             for i, item in enumerate(prepared):
@@ -212,16 +236,20 @@ class Dispatcher:
             call_id=call.id, tool_name=tool.remote_name, arguments=call.arguments
         )
         timeout = min(tool.timeout or connection.config.timeout, connection.config.timeout)
-        call_deadline = min(deadline, time.monotonic() + timeout)
-        attempts = 0
+        sent = time.monotonic()
+        call_deadline = min(deadline, sent + timeout)
+        allowed = max(0.0, call_deadline - sent)
+        # A call cut off by the run's deadline or budget, before the tool's own timeout,
+        # says nothing about the server's health: its breaker must not count it.
+        own_timeout = call_deadline >= sent + timeout
+        tries = _Tries()
 
         async def attempt() -> tool_pb2.ToolResult:
-            nonlocal attempts
-            attempts += 1
+            tries.count += 1
             remaining = call_deadline - time.monotonic()
             if remaining <= 0:
                 raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
-            return await _call(connection, request, remaining, metadata)
+            return await _call(connection, request, remaining, metadata, own_timeout)
 
         try:
             try:
@@ -232,7 +260,7 @@ class Dispatcher:
                 retry = connection.config.retry
                 if not (tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE):
                     raise
-                result = await _retry(attempt, retry, call_deadline, exc)
+                result = await _retry(attempt, retry, call_deadline, exc, tries)
         except BreakerOpenError:
             return ToolOutcome(
                 call.id,
@@ -242,8 +270,11 @@ class Dispatcher:
                 "answer without it or try again later",
                 start,
                 clock.now() - start,
-                attempts=attempts,
+                attempts=tries.count,
                 wait_duration=wait,
+                backoff=tries.backoff,
+                breaker_rejected=True,
+                time_allowed=allowed,
             )
         except _Failed as exc:
             status, message = _describe(call.name, exc, timeout)
@@ -254,8 +285,10 @@ class Dispatcher:
                 message,
                 start,
                 clock.now() - start,
-                attempts=attempts,
+                attempts=tries.count,
                 wait_duration=wait,
+                backoff=tries.backoff,
+                time_allowed=allowed,
             )
         handler = None
         if result.HasField("handler_duration"):
@@ -270,8 +303,10 @@ class Dispatcher:
                 start,
                 clock.now() - start,
                 handler,
-                attempts,
+                tries.count,
                 wait,
+                tries.backoff,
+                time_allowed=allowed,
             )
         return ToolOutcome(
             call.id,
@@ -281,8 +316,10 @@ class Dispatcher:
             start,
             clock.now() - start,
             handler,
-            attempts,
+            tries.count,
             wait,
+            tries.backoff,
+            time_allowed=allowed,
         )
 
 
@@ -291,6 +328,7 @@ async def _retry(
     policy: RetryPolicy,
     call_deadline: float,
     first: _Failed,
+    tries: _Tries,
 ) -> tool_pb2.ToolResult:
     """Attempts 2..N of an idempotent call whose first attempt failed with ``first``."""
 
@@ -299,6 +337,7 @@ async def _retry(
         seconds = random.uniform(cap / 2, cap)
         if time.monotonic() + seconds >= call_deadline:
             raise exc if exc is not None else first  # no time left to wait
+        tries.backoff += seconds
         return seconds
 
     await asyncio.sleep(delay(first, 0))
@@ -319,8 +358,10 @@ async def _call(
     request: tool_pb2.CallToolRequest,
     timeout: float,
     metadata: Sequence[tuple[str, str]],
+    own_timeout: bool = True,
 ) -> tool_pb2.ToolResult:
-    """One attempt behind the server's breaker."""
+    """One attempt behind the server's breaker; ``own_timeout`` is False when the deadline
+    is the run's, shorter than the tool's timeout (its expiry then is no server fault)."""
     breaker = connection.breaker
     permit = breaker.admit()
     try:
@@ -329,7 +370,9 @@ async def _call(
         )
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
-        if code in _SERVER_FAULTS:
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and not own_timeout:
+            breaker.release(permit)
+        elif code in _SERVER_FAULTS:
             breaker.record_failure(permit)
         elif code == grpc.StatusCode.CANCELLED:
             breaker.release(permit)

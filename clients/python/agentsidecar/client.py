@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 
 import grpc
@@ -106,17 +106,21 @@ class AgentClient:
         *,
         structured: bool = False,
         timeout: float | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> AsyncGenerator[agent_pb2.StreamRunResponse, None]:
         """Run a turn and yield its events; the last one carries ``run_finished``.
 
         Closing the generator early cancels the run and its tool calls; use
         ``contextlib.aclosing`` to close it the moment you leave the loop (otherwise it
-        closes when it is garbage-collected).
+        closes when it is garbage-collected). ``metadata`` is sent with the call: a W3C
+        ``traceparent`` (and ``tracestate``, ``baggage``) there makes the run part of the
+        caller's trace.
         """
         mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
         call = self.stub.StreamRun(
             agent_pb2.StreamRunRequest(session_id=session_id, input=user_input, output_mode=mode),
             timeout=timeout,
+            metadata=tuple(metadata) or None,
         )
         try:
             async for event in call:
@@ -125,11 +129,18 @@ class AgentClient:
             call.cancel()
 
     async def run(
-        self, session_id: str, user_input: str, *, timeout: float | None = None
+        self,
+        session_id: str,
+        user_input: str,
+        *,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> agent_pb2.RunResponse:
-        """Run a turn and return only its result."""
+        """Run a turn and return only its result; ``metadata`` as for :meth:`stream`."""
         request = agent_pb2.RunRequest(session_id=session_id, input=user_input)
-        response: agent_pb2.RunResponse = await self.stub.Run(request, timeout=timeout)
+        response: agent_pb2.RunResponse = await self.stub.Run(
+            request, timeout=timeout, metadata=tuple(metadata) or None
+        )
         return response
 
     async def approve(

@@ -40,6 +40,23 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_CANCELLED: _ClassVar[StopReason]
     STOP_REASON_INTERRUPTED: _ClassVar[StopReason]
     STOP_REASON_INVALID_ANSWER: _ClassVar[StopReason]
+    STOP_REASON_BUDGET_ANSWERED: _ClassVar[StopReason]
+    STOP_REASON_BUDGET_STOPPED: _ClassVar[StopReason]
+
+class BudgetStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUDGET_STAGE_UNSPECIFIED: _ClassVar[BudgetStage]
+    BUDGET_STAGE_TOTAL: _ClassVar[BudgetStage]
+    BUDGET_STAGE_MODEL: _ClassVar[BudgetStage]
+    BUDGET_STAGE_TOOLS: _ClassVar[BudgetStage]
+    BUDGET_STAGE_OTHER: _ClassVar[BudgetStage]
+
+class BudgetPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUDGET_POLICY_UNSPECIFIED: _ClassVar[BudgetPolicy]
+    BUDGET_POLICY_CONTINUE: _ClassVar[BudgetPolicy]
+    BUDGET_POLICY_ANSWER: _ClassVar[BudgetPolicy]
+    BUDGET_POLICY_STOP: _ClassVar[BudgetPolicy]
 
 class StageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -83,6 +100,17 @@ STOP_REASON_MODEL_ERROR: StopReason
 STOP_REASON_CANCELLED: StopReason
 STOP_REASON_INTERRUPTED: StopReason
 STOP_REASON_INVALID_ANSWER: StopReason
+STOP_REASON_BUDGET_ANSWERED: StopReason
+STOP_REASON_BUDGET_STOPPED: StopReason
+BUDGET_STAGE_UNSPECIFIED: BudgetStage
+BUDGET_STAGE_TOTAL: BudgetStage
+BUDGET_STAGE_MODEL: BudgetStage
+BUDGET_STAGE_TOOLS: BudgetStage
+BUDGET_STAGE_OTHER: BudgetStage
+BUDGET_POLICY_UNSPECIFIED: BudgetPolicy
+BUDGET_POLICY_CONTINUE: BudgetPolicy
+BUDGET_POLICY_ANSWER: BudgetPolicy
+BUDGET_POLICY_STOP: BudgetPolicy
 STAGE_KIND_UNSPECIFIED: StageKind
 STAGE_KIND_QUEUE: StageKind
 STAGE_KIND_CONTEXT_BUILD: StageKind
@@ -197,7 +225,7 @@ class StreamRunRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished")
+    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +235,7 @@ class StreamRunResponse(_message.Message):
     APPROVAL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     STEP_FINISHED_FIELD_NUMBER: _ClassVar[int]
     RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     sequence: int
     run_started: RunStarted
@@ -216,7 +245,8 @@ class StreamRunResponse(_message.Message):
     approval_required: ApprovalRequired
     step_finished: StepFinished
     run_finished: RunResult
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
+    budget_exceeded: BudgetExceeded
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ...) -> None: ...
 
 class RunStarted(_message.Message):
     __slots__ = ("session_id", "profile", "model")
@@ -307,7 +337,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +346,7 @@ class RunResult(_message.Message):
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -324,7 +355,8 @@ class RunResult(_message.Message):
     timeline: Timeline
     steps: int
     tool_calls: int
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ...) -> None: ...
+    budget_overruns: _containers.RepeatedCompositeFieldContainer[BudgetExceeded]
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
@@ -347,14 +379,30 @@ class TokenUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class Cost(_message.Message):
-    __slots__ = ("prompt_usd", "completion_usd", "total_usd")
+    __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd")
     PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_USD_FIELD_NUMBER: _ClassVar[int]
     TOTAL_USD_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
     prompt_usd: float
     completion_usd: float
     total_usd: float
-    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ...) -> None: ...
+    cached_prompt_usd: float
+    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ..., cached_prompt_usd: _Optional[float] = ...) -> None: ...
+
+class BudgetExceeded(_message.Message):
+    __slots__ = ("stage", "budget", "spent", "policy", "step")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    SPENT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    stage: BudgetStage
+    budget: _duration_pb2.Duration
+    spent: _duration_pb2.Duration
+    policy: BudgetPolicy
+    step: int
+    def __init__(self, stage: _Optional[_Union[BudgetStage, str]] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[BudgetPolicy, str]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class Timeline(_message.Message):
     __slots__ = ("stages", "total")
@@ -383,34 +431,44 @@ class Stage(_message.Message):
     def __init__(self, kind: _Optional[_Union[StageKind, str]] = ..., name: _Optional[str] = ..., step: _Optional[int] = ..., start_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., model_call: _Optional[_Union[ModelCallTiming, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallTiming, _Mapping]] = ...) -> None: ...
 
 class ModelCallTiming(_message.Message):
-    __slots__ = ("time_to_first_token", "provider_queue_time", "provider_prompt_time", "provider_completion_time", "usage", "attempts")
+    __slots__ = ("time_to_first_token", "provider_queue_time", "provider_prompt_time", "provider_completion_time", "usage", "attempts", "error_code", "time_allowed")
     TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_QUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_PROMPT_TIME_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_COMPLETION_TIME_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     time_to_first_token: _duration_pb2.Duration
     provider_queue_time: _duration_pb2.Duration
     provider_prompt_time: _duration_pb2.Duration
     provider_completion_time: _duration_pb2.Duration
     usage: TokenUsage
     attempts: int
-    def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
+    error_code: str
+    time_allowed: _duration_pb2.Duration
+    def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
-    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration")
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     WAIT_DURATION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     status: ToolCallStatus
     handler_duration: _duration_pb2.Duration
     attempts: int
     wait_duration: _duration_pb2.Duration
-    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    retry_backoff: _duration_pb2.Duration
+    breaker_rejected: bool
+    time_allowed: _duration_pb2.Duration
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ("session_id", "call_id", "decision", "reason")

@@ -1,0 +1,200 @@
+"""Telemetry: Prometheus metrics, OpenTelemetry tracing, the timeline log and run cost.
+
+:class:`Telemetry` is what the service and the server hold. Each part is None when it is
+off, so a hook on the hot path costs one attribute test and nothing else: no span, no
+label lookup, no record is built. Cost is always computed (one dict lookup per run),
+because it belongs to the run's result, not to telemetry.
+
+OpenTelemetry is an optional dependency (``pip install 'agent-sidecar[tracing]'``); it
+is imported only when tracing is on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+from sidecar.config import SidecarConfig
+from sidecar.cost import PriceTable
+from sidecar.llm.model import ModelError
+from sidecar.run import Clock, RunOutcome, StopReason
+from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.timeline_log import TimelineLog, run_record
+
+if TYPE_CHECKING:
+    from sidecar.telemetry.tracing import RunTrace, Tracing
+
+__all__ = ["Telemetry", "TelemetryUnavailable", "own_version"]
+
+log = logging.getLogger(__name__)
+
+
+def own_version() -> str:
+    """The installed agent-sidecar version; ``unknown`` when run from an uninstalled tree."""
+    try:
+        return version("agent-sidecar")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class TelemetryUnavailable(Exception):
+    """Telemetry is configured but cannot start (a missing package, an unwritable log)."""
+
+
+class Telemetry:
+    """The sidecar's metrics, tracing, timeline log and price table.
+
+    Args:
+        label: The config/version label of timeline records.
+        prices: The price table for run cost.
+        metrics: Prometheus metrics, or None when off.
+        tracing: OpenTelemetry tracing, or None when off.
+        timeline_log: The timeline log, or None when off.
+    """
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        prices: PriceTable,
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
+        timeline_log: TimelineLog | None = None,
+    ) -> None:
+        self.label = label
+        self.prices = prices
+        self.metrics = metrics
+        self.tracing = tracing
+        self.timeline_log = timeline_log
+
+    @classmethod
+    def from_config(cls, config: SidecarConfig) -> Telemetry:
+        """Build what the configuration turns on; nothing is served or exported yet.
+
+        Raises:
+            TelemetryUnavailable: tracing is on but OpenTelemetry is not installed, or the
+                timeline log cannot be opened.
+        """
+        settings = config.telemetry
+        tracing = None
+        if settings.tracing.enabled:
+            try:
+                from sidecar.telemetry.tracing import Tracing
+            except ImportError as exc:
+                raise TelemetryUnavailable(
+                    "telemetry.tracing.enabled needs OpenTelemetry: "
+                    f"pip install 'agent-sidecar[tracing]' ({exc})"
+                ) from None
+            tracing = Tracing(settings.tracing)
+        log = None
+        if settings.timeline_log:
+            try:
+                log = TimelineLog(settings.timeline_log)
+            except OSError as exc:
+                raise TelemetryUnavailable(
+                    f"telemetry.timeline_log: cannot open {settings.timeline_log}: {exc.strerror}"
+                ) from None
+        return cls(
+            label=settings.label or f"agent-sidecar {own_version()}",
+            prices=PriceTable(config.prices),
+            metrics=Metrics() if settings.metrics.enabled else None,
+            tracing=tracing,
+            timeline_log=log,
+        )
+
+    def model_error_hook(self, model: str) -> Callable[[ModelError], None] | None:
+        """The model client's ``on_error`` hook, counting failed attempts by HTTP status
+        (or error code when there was none); None when metrics are off."""
+        metrics = self.metrics
+        if metrics is None:
+            return None
+
+        def on_error(exc: ModelError) -> None:
+            metrics.model_error(model, str(exc.status) if exc.status is not None else exc.code)
+
+        return on_error
+
+    async def close(self) -> None:
+        """Stop the metrics endpoint, export the spans still buffered, close the log."""
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
+        if self.timeline_log is not None:
+            self.timeline_log.close()
+
+    def run_started(
+        self,
+        *,
+        profile: str,
+        session_id: str,
+        run_id: str,
+        metadata: Sequence[tuple[str, str | bytes]],
+        clock: Clock,
+        streamed: bool,
+    ) -> RunTrace | None:
+        """Count a run in flight and open its trace; the trace is None when tracing is off."""
+        if self.metrics is not None:
+            self.metrics.profile(profile).in_flight.inc()
+        if self.tracing is None:
+            return None
+        return self.tracing.start_run(
+            profile=profile,
+            method="StreamRun" if streamed else "Run",
+            session_id=session_id,
+            run_id=run_id,
+            metadata=metadata,
+            clock=clock,
+        )
+
+    def run_finished(
+        self,
+        *,
+        profile: str,
+        model: str,
+        session_id: str,
+        run_id: str,
+        outcome: RunOutcome | None,
+        trace: RunTrace | None,
+        end: float,
+    ) -> None:
+        """Price the run, then record it everywhere telemetry is on.
+
+        Never raises: a failing record (a full disk under the timeline log) is logged,
+        and the run's result goes out all the same.
+
+        Args:
+            profile: The session's profile.
+            model: The model the run called.
+            session_id: The session.
+            run_id: The run.
+            outcome: The run's outcome; None when it was cancelled before it had one.
+            trace: The run's trace, from :meth:`run_started`.
+            end: The run's end, as an offset on its clock.
+        """
+        reason = StopReason.CANCELLED if outcome is None else outcome.stop_reason
+        if outcome is not None:
+            outcome.cost = self.prices.cost(model, outcome.usage)
+        try:
+            if self.metrics is not None:
+                self.metrics.profile(profile).in_flight.dec()
+                self.metrics.run_finished(profile, model, outcome, reason)
+            if trace is not None:
+                trace.end(outcome, reason, end)
+            if self.timeline_log is not None:
+                self.timeline_log.write(
+                    run_record(
+                        label=self.label,
+                        run_id=run_id,
+                        session_id=session_id,
+                        profile=profile,
+                        model=model,
+                        outcome=outcome,
+                        reason=reason,
+                    )
+                )
+        except Exception:
+            log.exception("recording run %s failed", run_id)

@@ -1,0 +1,348 @@
+"""Prometheus metrics: run, model-call and tool-call latency, outcomes, breakers, tokens, cost.
+
+Everything a run measured is already in its timeline, so a run is recorded once, when it
+ends, in one pass over its stages: the loop carries no metric calls. Only three things
+are recorded as they happen: runs in flight, model errors (a failed attempt that a retry
+hides leaves no stage) and breaker transitions.
+
+Label children are looked up once per label set and kept (``labels()`` takes a lock and
+builds a key on every call). Tool names come from the model, so a name that is not a
+known tool is recorded as ``(unknown)``: a hallucinating model cannot grow the series.
+
+The endpoint is prometheus_client's own HTTP server, in a daemon thread, on its own port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from sidecar.budget import BudgetOverrun
+from sidecar.run import (
+    ModelCallDetail,
+    RunOutcome,
+    StageKind,
+    StopReason,
+    ToolCallDetail,
+    ToolCallStatus,
+)
+from sidecar.tools.breaker import BreakerState
+
+__all__ = ["UNKNOWN_TOOL", "Metrics"]
+
+UNKNOWN_TOOL = "(unknown)"
+
+# Agents spend seconds; the sidecar's own stages spend microseconds to milliseconds.
+_RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60, 120)
+_MODEL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10)
+_TOOL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_STAGE_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1,
+)
+_BREAKER_VALUES = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+_OWN_STAGES = (
+    StageKind.QUEUE,
+    StageKind.CONTEXT_BUILD,
+    StageKind.PERSISTENCE,
+    StageKind.OVERHEAD,
+)
+
+
+class _ProfileSeries:
+    __slots__ = ("_metrics", "_profile", "_stops", "in_flight", "run_duration", "stages")
+
+    def __init__(self, metrics: Metrics, profile: str) -> None:
+        self._metrics = metrics
+        self._profile = profile
+        self.in_flight = metrics.runs_in_flight.labels(profile)
+        self.run_duration = metrics.run_duration.labels(profile)
+        self.stages = {
+            kind: metrics.stage_duration.labels(profile, kind.name.lower()) for kind in _OWN_STAGES
+        }
+        self._stops: dict[StopReason, Any] = {}
+
+    def stopped(self, reason: StopReason) -> Any:
+        child = self._stops.get(reason)
+        if child is None:
+            child = self._stops[reason] = self._metrics.runs.labels(
+                self._profile, reason.name.lower()
+            )
+        return child
+
+
+class _ModelSeries:
+    __slots__ = (
+        "cached_tokens",
+        "completion_tokens",
+        "cost",
+        "duration",
+        "prompt_tokens",
+        "retries",
+        "ttft",
+    )
+
+    def __init__(self, metrics: Metrics, profile: str, model: str) -> None:
+        self.duration = metrics.model_call_duration.labels(profile, model)
+        self.ttft = metrics.time_to_first_token.labels(profile, model)
+        self.retries = metrics.model_retries.labels(profile, model)
+        self.prompt_tokens = metrics.tokens.labels(profile, model, "prompt")
+        self.completion_tokens = metrics.tokens.labels(profile, model, "completion")
+        self.cached_tokens = metrics.tokens.labels(profile, model, "cached_prompt")
+        self.cost = metrics.cost.labels(profile, model)
+
+
+class _ToolSeries:
+    __slots__ = ("_metrics", "_profile", "_statuses", "_tool", "duration", "retries")
+
+    def __init__(self, metrics: Metrics, profile: str, tool: str) -> None:
+        self._metrics = metrics
+        self._profile = profile
+        self._tool = tool
+        self.duration = metrics.tool_call_duration.labels(profile, tool)
+        self.retries = metrics.tool_retries.labels(profile, tool)
+        self._statuses: dict[ToolCallStatus, Any] = {}
+
+    def ended(self, status: ToolCallStatus) -> Any:
+        child = self._statuses.get(status)
+        if child is None:
+            child = self._statuses[status] = self._metrics.tool_results.labels(
+                self._profile, self._tool, status.name.lower()
+            )
+        return child
+
+
+class Metrics:
+    """The sidecar's Prometheus metrics, in a registry of their own.
+
+    Args:
+        registry: Where the metrics live; default: a new registry, so that several
+            sidecars in one process (tests) never share series.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.run_duration = Histogram(
+            "agent_sidecar_run_duration_seconds",
+            "Wall time of a run, from receiving the request to its result.",
+            ["profile"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.model_call_duration = Histogram(
+            "agent_sidecar_model_call_duration_seconds",
+            "Wall time of one model call, retries included.",
+            ["profile", "model"],
+            buckets=_MODEL_BUCKETS,
+            registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "agent_sidecar_time_to_first_token_seconds",
+            "From sending a streamed model request to its first token.",
+            ["profile", "model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tool_call_duration = Histogram(
+            "agent_sidecar_tool_call_duration_seconds",
+            "Wall time of one tool call as the sidecar saw it, retries included.",
+            ["profile", "tool"],
+            buckets=_TOOL_BUCKETS,
+            registry=r,
+        )
+        self.stage_duration = Histogram(
+            "agent_sidecar_stage_duration_seconds",
+            "The sidecar's own stages per run: queue, context_build, persistence, overhead.",
+            ["profile", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.runs = Counter(
+            "agent_sidecar_runs",
+            "Finished runs by stop reason.",
+            ["profile", "stop_reason"],
+            registry=r,
+        )
+        self.tool_results = Counter(
+            "agent_sidecar_tool_results",
+            "Finished tool calls by status.",
+            ["profile", "tool", "status"],
+            registry=r,
+        )
+        self.tool_retries = Counter(
+            "agent_sidecar_tool_retries",
+            "Tool-call attempts beyond the first.",
+            ["profile", "tool"],
+            registry=r,
+        )
+        self.model_retries = Counter(
+            "agent_sidecar_model_retries",
+            "Model-request attempts beyond the first.",
+            ["profile", "model"],
+            registry=r,
+        )
+        self.model_errors = Counter(
+            "agent_sidecar_model_errors",
+            "Failed model-request attempts, by HTTP status or error code.",
+            ["model", "status"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "agent_sidecar_breaker_transitions",
+            "Circuit-breaker state changes per tool server.",
+            ["server", "from_state", "to_state"],
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "agent_sidecar_breaker_state",
+            "Circuit-breaker state per tool server: 0 closed, 1 half-open, 2 open.",
+            ["server"],
+            registry=r,
+        )
+        self.runs_in_flight = Gauge(
+            "agent_sidecar_runs_in_flight",
+            "Runs in progress.",
+            ["profile"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "agent_sidecar_tokens",
+            "Model tokens used, by kind: prompt, completion, cached_prompt.",
+            ["profile", "model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "agent_sidecar_cost_usd",
+            "Estimated cost of model tokens at the configured prices, in US dollars.",
+            ["profile", "model"],
+            registry=r,
+        )
+        self.budget_overruns = Counter(
+            "agent_sidecar_budget_overruns",
+            "Latency-budget overruns, by stage and the profile's policy.",
+            ["profile", "stage", "policy"],
+            registry=r,
+        )
+        self._profiles: dict[str, _ProfileSeries] = {}
+        self._models: dict[tuple[str, str], _ModelSeries] = {}
+        self._tools: dict[tuple[str, str], _ToolSeries] = {}
+        self._model_errors: dict[tuple[str, str], Any] = {}
+        self._httpd: Any = None
+
+    # -- the endpoint -------------------------------------------------------------------
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` in a daemon thread; return the bound port."""
+        httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+        self._httpd = httpd
+        return int(httpd.server_port)
+
+    def close(self) -> None:
+        """Stop serving (blocks up to half a second, the server's poll interval)."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    # -- recording ----------------------------------------------------------------------
+
+    def profile(self, profile: str) -> _ProfileSeries:
+        series = self._profiles.get(profile)
+        if series is None:
+            series = self._profiles[profile] = _ProfileSeries(self, profile)
+        return series
+
+    def _model(self, profile: str, model: str) -> _ModelSeries:
+        key = (profile, model)
+        series = self._models.get(key)
+        if series is None:
+            series = self._models[key] = _ModelSeries(self, profile, model)
+        return series
+
+    def _tool(self, profile: str, tool: str) -> _ToolSeries:
+        key = (profile, tool)
+        series = self._tools.get(key)
+        if series is None:
+            series = self._tools[key] = _ToolSeries(self, profile, tool)
+        return series
+
+    def run_finished(
+        self, profile: str, model: str, outcome: RunOutcome | None, reason: StopReason
+    ) -> None:
+        """Record a finished run from its outcome (None when it was cancelled early)."""
+        series = self.profile(profile)
+        series.stopped(reason).inc()
+        if outcome is None:
+            return
+        series.run_duration.observe(outcome.total)
+        stages = series.stages
+        for stage in outcome.stages:
+            detail = stage.detail
+            if isinstance(detail, ModelCallDetail):
+                m = self._model(profile, stage.name)
+                m.duration.observe(stage.duration)
+                if detail.time_to_first_token is not None:
+                    m.ttft.observe(detail.time_to_first_token)
+                if detail.attempts > 1:
+                    m.retries.inc(detail.attempts - 1)
+            elif isinstance(detail, ToolCallDetail):
+                status = detail.status
+                name = UNKNOWN_TOOL if status is ToolCallStatus.UNKNOWN_TOOL else stage.name
+                t = self._tool(profile, name)
+                t.ended(status).inc()
+                if detail.attempts:  # never sent (invalid, unknown, denied): no latency
+                    t.duration.observe(stage.duration)
+                    if detail.attempts > 1:
+                        t.retries.inc(detail.attempts - 1)
+            else:
+                child = stages.get(stage.kind)
+                if child is not None:
+                    child.observe(stage.duration)
+        usage = outcome.usage
+        run_model = self._model(profile, model)
+        if usage.prompt_tokens:
+            run_model.prompt_tokens.inc(usage.prompt_tokens)
+        if usage.completion_tokens:
+            run_model.completion_tokens.inc(usage.completion_tokens)
+        if usage.cached_prompt_tokens:
+            run_model.cached_tokens.inc(usage.cached_prompt_tokens)
+        if outcome.cost is not None:
+            run_model.cost.inc(outcome.cost.total_usd)
+        if outcome.overruns:
+            self._overruns(profile, outcome.overruns)
+
+    def _overruns(self, profile: str, overruns: Iterable[BudgetOverrun]) -> None:
+        for o in overruns:
+            # Rare by design; no cache needed.
+            self.budget_overruns.labels(profile, o.stage.name.lower(), o.policy.name.lower()).inc()
+
+    def model_error(self, model: str, status: str) -> None:
+        """Record one failed model-request attempt."""
+        key = (model, status)
+        child = self._model_errors.get(key)
+        if child is None:
+            child = self._model_errors[key] = self.model_errors.labels(model, status)
+        child.inc()
+
+    def breaker_known(self, server: str) -> None:
+        """Start a tool server's breaker series at closed, so it exists before any change."""
+        self.breaker_state.labels(server).set(0)
+
+    def breaker_changed(self, server: str, old: BreakerState, new: BreakerState) -> None:
+        """Record a breaker transition (a ``CircuitBreaker.on_state_change`` callback)."""
+        self.breaker_transitions.labels(server, old.value, new.value).inc()
+        self.breaker_state.labels(server).set(_BREAKER_VALUES[new])

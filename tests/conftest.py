@@ -1,0 +1,76 @@
+"""The stack the telemetry and budget tests share, started once per session.
+
+``observed_stack``: the LLM simulator, the scripted tool server, the example shop tool
+server (tracing on, exporting to an OTLP receiver in this process) and a sidecar with
+metrics, tracing, the timeline log, a price table, and profiles whose latency budgets
+the scripted conversations overrun on purpose. Tests that use it reset the simulator
+and work in their own sessions; metric assertions compare scrapes around their own runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from otlp_receiver import otlp_receiver
+from procs import spawn
+from stack import scripted_toolserver, sidecar, sidecar_config, simulator
+
+PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
+TOOLS_100MS = {"tools": 0.1}
+
+
+@pytest.fixture(scope="session")
+def observed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("observed")
+    log = tmp / "timeline.jsonl"
+    with otlp_receiver() as receiver, simulator() as sim, scripted_toolserver() as tools:
+        traced = ["--otlp-endpoint", receiver.address, "--log-level", "WARNING"]
+        shop = spawn(
+            ["-m", "toolservers.examples.shop", "--port", "0", *traced],
+            env={"OTEL_BSP_SCHEDULE_DELAY": "50"},  # export within 50 ms
+        )
+        try:
+            config = sidecar_config(
+                sim,
+                [
+                    {
+                        "name": "scripted",
+                        "address": tools.address,
+                        "timeout": 1.0,
+                        "retry": {"max_attempts": 3, "initial_backoff": 0.01, "max_backoff": 0.05},
+                        "breaker": {"failure_threshold": 3, "reset_timeout": 0.3},
+                    },
+                    {"name": "shop", "address": shop.address},
+                ],
+                profiles={
+                    "default": {},
+                    "tools_stop": {"budget": {**TOOLS_100MS, "policy": "stop"}},
+                    "tools_answer": {"budget": {**TOOLS_100MS, "policy": "answer"}},
+                    "tools_continue": {"budget": {**TOOLS_100MS, "other": 1e-6}},
+                    "total_stop": {"budget": {"total": 0.5, "policy": "stop"}},
+                    "roomy": {"budget": {"total": 30, "policy": "stop"}},
+                },
+                telemetry={
+                    "label": "build-42",
+                    "metrics": {"enabled": True, "port": 0},
+                    "tracing": {
+                        "enabled": True,
+                        "otlp_endpoint": receiver.address,
+                        "export_delay": 0.05,
+                    },
+                    "timeline_log": str(log),
+                },
+                prices={"simulated-model": PRICES},
+            )
+            with sidecar(config, tmp) as side:
+                yield {
+                    "sim": sim,
+                    "tools": tools,
+                    "sidecar": side,
+                    "receiver": receiver,
+                    "log": log,
+                }
+        finally:
+            shop.stop()
