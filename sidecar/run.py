@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sidecar.llm.model import ProviderTiming, Usage
 
@@ -37,6 +37,16 @@ class ToolCallStatus(enum.IntEnum):
     DENIED = 5
     UNKNOWN_TOOL = 6
     CACHED = 7
+
+
+class CacheResult(enum.IntEnum):
+    """How the result cache took part in a tool call (``agentsidecar.v1.ToolCacheResult``)."""
+
+    NONE = 0
+    """Not cacheable, or the cache is off (the proto's UNSPECIFIED)."""
+    HIT = 1
+    MISS = 2
+    SHARED = 3
 
 
 class ToolAvailability(enum.IntEnum):
@@ -77,6 +87,9 @@ class ToolCallDetail:
     handler_duration: float | None
     attempts: int
     wait_duration: float
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
 
 
 @dataclass(slots=True)
@@ -139,6 +152,9 @@ class ToolOutcome:
     handler_duration: float | None = None
     attempts: int = 1
     wait_duration: float = 0.0
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
 
 
 class EventSink(Protocol):
@@ -172,3 +188,8 @@ class Turn:
     """Wall-clock start, seconds since the epoch."""
     end_time: float
     usage: Usage = field(default_factory=Usage)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The model messages the turn added to the conversation, oldest first; empty when the
+    turn failed, was cancelled or was cut off, so the next turn starts clean."""
+    tokens: int = 0
+    """Estimated tokens of ``messages``; 0 until someone estimated them."""
