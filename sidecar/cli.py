@@ -35,7 +35,13 @@ def _serve(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"port": args.port})}
         )
-    _run(serve(config))
+    from sidecar.sessions.store import SessionStoreError
+
+    try:
+        _run(serve(config))
+    except SessionStoreError as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

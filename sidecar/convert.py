@@ -8,6 +8,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from agentsidecar.v1 import agent_pb2
 from sidecar.llm.model import ProviderTiming, Usage
 from sidecar.run import (
+    CacheResult,
     ModelCallDetail,
     RunOutcome,
     Stage,
@@ -69,6 +70,10 @@ def stage(s: Stage) -> agent_pb2.Stage:
         tool.wait_duration.CopyFrom(duration(detail.wait_duration))
         if detail.handler_duration is not None:
             tool.handler_duration.CopyFrom(duration(detail.handler_duration))
+        if detail.cache:
+            tool.cache_result = int(detail.cache)  # type: ignore[assignment]
+            if detail.cache is CacheResult.HIT or detail.cache is CacheResult.SHARED:
+                tool.cache_saved.CopyFrom(duration(detail.saved))
     return message
 
 
@@ -124,4 +129,6 @@ def session(s: Session) -> agent_pb2.Session:
         create_time=timestamp(s.create_time),
         update_time=timestamp(s.update_time),
         turns=[turn(t) for t in s.turns],
+        memory=s.memory,
+        memory_turns=s.memory_turns,
     )

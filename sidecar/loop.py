@@ -18,6 +18,7 @@ import fastjsonschema
 import orjson
 
 from sidecar.config import ProfileConfig
+from sidecar.context.trim import ResultTrimmer
 from sidecar.llm.model import (
     Model,
     ModelError,
@@ -43,6 +44,7 @@ from sidecar.run import (
 from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher
+from sidecar.tools.result_cache import ResultCache
 
 _REPAIR_PROMPT = (
     "Your last tool call could not be parsed: {error}\nYour output was: {generation}\n"
@@ -90,12 +92,16 @@ class AgentLoop:
         catalog: ToolCatalog,
         connections: Mapping[str, ToolServerConnection],
         profiles: Mapping[str, ProfileConfig],
+        results: ResultCache | None = None,
     ) -> None:
         self.model = model
         self._catalog = catalog
         self._connections = connections
-        self._dispatcher = Dispatcher(catalog, connections)
+        self._dispatcher = Dispatcher(catalog, connections, results)
         self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
+        self._trimmers = {
+            name: ResultTrimmer(p.context.tool_result_max_chars) for name, p in profiles.items()
+        }
 
     def unavailable_servers(self) -> frozenset[str]:
         return frozenset(n for n, c in self._connections.items() if not c.available)
@@ -268,6 +274,7 @@ class _Run:
                 sink=self.sink,
                 approver=self.approver,
                 metadata=self.metadata,
+                trim=self.loop._trimmers[self.profile.name],
             )
             self.accounted += self.clock.now() - stage_start
             for o in outcomes:
@@ -368,7 +375,9 @@ def _tool_stage(step: int, o: ToolOutcome) -> Stage:
         step,
         o.start,
         o.duration,
-        ToolCallDetail(o.call_id, o.status, o.handler_duration, o.attempts, o.wait_duration),
+        ToolCallDetail(
+            o.call_id, o.status, o.handler_duration, o.attempts, o.wait_duration, o.cache, o.saved
+        ),
     )
 
 

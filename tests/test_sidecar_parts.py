@@ -11,10 +11,12 @@ from pydantic import BaseModel
 
 from agentsidecar.v1 import agent_pb2, tool_pb2
 from sidecar.config import (
+    CacheConfig,
     ConfigError,
     ModelConfig,
     ProfileConfig,
     ServerConfig,
+    SessionsConfig,
     ToolServerConfig,
     parse_config,
 )
@@ -163,6 +165,8 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(ModelConfig, "model.")
         + _config_keys(ProfileConfig, "profiles.NAME.")
         + _config_keys(ToolServerConfig, "tool_servers[].")
+        + _config_keys(SessionsConfig, "sessions.")
+        + _config_keys(CacheConfig, "cache.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing
