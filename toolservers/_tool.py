@@ -31,6 +31,8 @@ class Tool:
         timeout: How long one call may take when the caller sets nothing shorter.
         cache_ttl: How long a result may be served from a cache.
         version: Free-form version, part of every cache key.
+        result_fields: Output fields the model needs (names or dotted paths); empty
+            keeps the whole output.
     """
 
     name: str
@@ -48,4 +50,5 @@ class Tool:
     timeout: timedelta | None = None
     cache_ttl: timedelta | None = None
     version: str = ""
+    result_fields: tuple[str, ...] = ()
     signature: CallSignature | None = field(default=None, repr=False, compare=False)
