@@ -103,24 +103,25 @@ class PostgresServer:
 
 
 async def create_database(server: PostgresServer) -> str:
-    """A fresh, empty database on ``server``; returns its DSN."""
+    """A fresh, empty namespace for one test: a schema, selected by the DSN's
+    ``search_path`` (a schema is made in milliseconds; a database takes far longer)."""
     import asyncpg
 
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(server.dsn())
     try:
-        await admin.execute(f"CREATE DATABASE {name}")
+        await admin.execute(f"CREATE SCHEMA {name}")
     finally:
         await admin.close()
-    return server.dsn(name)
+    return f"{server.dsn()}?search_path={name}"
 
 
 async def drop_database(server: PostgresServer, dsn: str) -> None:
-    """Drop a database made by :func:`create_database`, closing its connections."""
+    """Drop a namespace made by :func:`create_database`."""
     import asyncpg
 
     admin = await asyncpg.connect(server.dsn())
     try:
-        await admin.execute(f"DROP DATABASE {dsn.rsplit('/', 1)[1]} WITH (FORCE)")
+        await admin.execute(f"DROP SCHEMA {dsn.rsplit('=', 1)[1]} CASCADE")
     finally:
         await admin.close()
