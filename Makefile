@@ -7,7 +7,7 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
-.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean
+.PHONY: install demo test lint proto proto-check buf-lint pytest bench clean postgres
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,25 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
+## postgres: PostgreSQL's server binaries (Debian's package), which the tests of the shared
+## session store start on a private port. Installed only when missing; needs root.
+postgres:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql package (server binaries for the shared-store tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends postgresql >/dev/null; \
+	else \
+		echo "PostgreSQL's server binaries (initdb, pg_ctl) are missing: install Debian's" \
+			"postgresql package (apt-get install postgresql) or put them on PATH"; \
+		exit 1; \
+	fi
 
 $(BUF):
 	mkdir -p .tools
@@ -47,8 +66,12 @@ lint: install buf-lint
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-pytest: install $(BUF)
+pytest: install $(BUF) postgres
 	$(PY) -m pytest -q
+
+## bench: the context-window benchmark: a 50-turn session with the window on and off.
+bench: $(VENV)/.bench-installed
+	$(PY) bench/context_window.py
 
 ## test: every check: generated code, lint, types, the test suite.
 test: proto-check lint pytest

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -37,6 +38,7 @@ from sidecar.sessions.store import (
 from sidecar.sessions.upkeep import Periodic
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -170,6 +172,12 @@ class SqliteSessionStore:
                     "UPDATE sessions SET update_time = ? WHERE session_id = ?", (now, session_id)
                 )
             db.execute("DELETE FROM pending_turns")
+        if rows:
+            log.warning(
+                "%d turn(s) cut off when the last process died reported as interrupted: %s",
+                len(rows),
+                ", ".join(f"{session_id}/{run_id}" for session_id, run_id, _, _ in rows),
+            )
 
     async def close(self) -> None:
         await self._sweeper.stop()
