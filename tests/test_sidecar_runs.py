@@ -298,11 +298,18 @@ async def test_a_hanging_model_ends_the_run_at_the_callers_deadline(
 async def test_cancelling_a_run_cancels_its_tool_calls(
     client: AgentClient, tools_address: str
 ) -> None:
-    before = (await tool_stats(tools_address))["cancelled"]
+    stats = await tool_stats(tools_address)
+    before, hangs = stats["cancelled"], stats["calls"].get("hang", 0)
+
+    async def server_runs_it() -> bool:
+        return bool((await tool_stats(tools_address))["calls"].get("hang", 0) > hangs)
+
     session = await client.create_session()
     async with asyncio.timeout(10):
         async for event in client.stream(session.session_id, "hang please"):
             if event.WhichOneof("event") == "tool_call_started":
+                # The event goes out as the call is sent: cancel once it has arrived.
+                await eventually(server_runs_it)
                 break  # leaving the loop cancels the call
 
     async def server_saw_cancel() -> bool:
