@@ -198,6 +198,13 @@ class Sidecar:
                 log.warning("grace period over; cancelling the runs still in flight")
         if self._server is not None:
             await self._server.stop(0.5)
+        if self._servicer is not None:
+            # Cancelled runs store their turns as they unwind: let them before closing.
+            try:
+                async with asyncio.timeout(5):
+                    await self._servicer.wait_idle()
+            except TimeoutError:
+                log.warning("runs still storing their turns after 5s; closing the store")
         if self.memory is not None:
             await self.memory.close()
         if self.results is not None:
