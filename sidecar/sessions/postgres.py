@@ -108,7 +108,8 @@ INSERT INTO agent_turns (session_id, run_id, data) VALUES ($1, $2, $3)
 ON CONFLICT (session_id, run_id) DO UPDATE SET data = EXCLUDED.data
 """
 _RENEW = """
-UPDATE agent_pending_turns SET lease_until = now() + make_interval(secs => $2) WHERE owner = $1
+UPDATE agent_pending_turns SET lease_until = now() + make_interval(secs => $2)
+WHERE owner = $1 AND run_id = ANY($3::text[])
 """
 _EXPIRE_ONE = """
 DELETE FROM agent_sessions s WHERE s.session_id = $1 AND s.update_time < $2
@@ -155,7 +156,9 @@ class PostgresSessionStore:
         self._idle_ttl = idle_ttl
         self._clock = clock
         self._pool: asyncpg.Pool | None = None
-        self._held = 0  # start records this process holds; heartbeats only while > 0
+        # Runs whose start records this process holds. Only these are renewed: a record
+        # whose turn could not be stored lapses, and is then reported as interrupted.
+        self._held: set[str] = set()
         self._heartbeat = Periodic("session-leases", lease / 3, self.renew_leases)
         self._sweeper = Periodic("session-sweep", sweep_interval, self.sweep)
 
@@ -287,14 +290,14 @@ class PostgresSessionStore:
                 )
         except asyncpg.ForeignKeyViolationError:
             raise SessionNotFound(session_id) from None
-        self._held += 1
+        self._held.add(run_id)
 
     async def finish_turn(self, session_id: str, turn: Turn) -> None:
         data = encode_turn(turn)
         try:
             await self.pool.execute(_FINISH, session_id, turn.run_id, turn.end_time, data)
         finally:
-            self._held = max(0, self._held - 1)
+            self._held.discard(turn.run_id)
 
     async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
         status = await self.pool.execute(
@@ -351,7 +354,7 @@ class PostgresSessionStore:
     async def renew_leases(self) -> None:
         """Extend the leases of this replica's running turns (the heartbeat)."""
         if self._held:
-            await self.pool.execute(_RENEW, self.owner, self.lease)
+            await self.pool.execute(_RENEW, self.owner, self.lease, list(self._held))
 
     async def sweep(self) -> None:
         """Report lapsed turns of dead replicas as interrupted; delete expired sessions."""
