@@ -47,13 +47,22 @@ class PostgresServer:
 
     def __init__(self, binaries: Path) -> None:
         self._bin = binaries
-        self.base = Path(tempfile.mkdtemp(prefix="sidecar-pg-"))
+        root = os.geteuid() == 0
+        # As root, under /tmp itself: the postgres user must be able to reach the directory.
+        self.base = Path(tempfile.mkdtemp(prefix="sidecar-pg-", dir="/tmp" if root else None))
         self.data = self.base / "data"
         self.port = _free_port()
         self._as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.base, "postgres", "postgres")
-            self._as_user = ["runuser", "-u", "postgres", "--"]
+        if root:
+            try:
+                shutil.chown(self.base, "postgres", "postgres")
+            except LookupError:
+                raise RuntimeError(
+                    "PostgreSQL refuses to run as root and there is no 'postgres' user to run "
+                    "it as; run `make postgres` (Debian's package creates the user)"
+                ) from None
+            runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+            self._as_user = [runuser, "-u", "postgres", "--"]
 
     def _run(self, *args: str) -> None:
         subprocess.run(
