@@ -7,8 +7,8 @@ latency — 20 ms to the first token, plus 2 ms per 1,000 prompt tokens not serv
 prompt cache, as a provider's prompt processing grows with the context — a tool server
 whose one tool returns a report of about 3.4 KB (10 ms handler latency), and the sidecar
 with two profiles that differ only in the window: ``windowed`` (8,000-token budget) and
-``unbounded`` (no window). Each turn asks for a new report, so each turn adds one tool
-call and its result to the history.
+``unbounded`` (no window), one session each, their turns interleaved. Each turn asks for
+a new report, so each turn adds one tool call and its result to the history.
 
 Prints, per profile, the median of the first and last 10 turns and the P99 over all 50
 for the turn's latency (client-side), its prompt size (the prompt tokens of the turn's
@@ -70,23 +70,28 @@ def _ms(d: object) -> float:
     return d.seconds * 1000 + d.nanos / 1e6  # type: ignore[attr-defined, no-any-return]
 
 
-async def session(client: AgentClient, profile: str) -> list[tuple[float, int, float]]:
-    """(latency ms, prompt tokens, sidecar overhead ms) of each turn of one session."""
-    created = await client.create_session(profile)
-    turns = []
+async def turn(client: AgentClient, session_id: str, i: int) -> tuple[float, int, float]:
+    """(latency ms, prompt tokens, sidecar overhead ms) of one turn."""
+    start = time.perf_counter()
+    response = await client.run(session_id, f"fetch the report with topic=t{i}", timeout=60)
+    took = (time.perf_counter() - start) * 1000
+    result = response.result
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
+    stages = result.timeline.stages
+    models = [s for s in stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL]
+    overhead = sum(_ms(s.duration) for s in stages if s.kind == agent_pb2.STAGE_KIND_OVERHEAD)
+    return took, int(models[-1].model_call.usage.prompt_tokens), overhead
+
+
+async def sessions(client: AgentClient) -> dict[str, list[tuple[float, int, float]]]:
+    """One session per profile, their turns interleaved so that whatever else the machine
+    is doing weighs on both alike."""
+    ids = {name: (await client.create_session(name)).session_id for name in PROFILES}
+    results: dict[str, list[tuple[float, int, float]]] = {name: [] for name in PROFILES}
     for i in range(TURNS):
-        start = time.perf_counter()
-        response = await client.run(
-            created.session_id, f"fetch the report with topic=t{i}", timeout=60
-        )
-        took = (time.perf_counter() - start) * 1000
-        result = response.result
-        assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
-        stages = result.timeline.stages
-        models = [s for s in stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL]
-        overhead = sum(_ms(s.duration) for s in stages if s.kind == agent_pb2.STAGE_KIND_OVERHEAD)
-        turns.append((took, int(models[-1].model_call.usage.prompt_tokens), overhead))
-    return turns
+        for name, session_id in ids.items():
+            results[name].append(await turn(client, session_id, i))
+    return results
 
 
 def p99(values: list[float]) -> float:
@@ -159,7 +164,7 @@ async def main() -> None:
                 await client.wait_ready(30)
                 warm = await client.create_session("windowed")
                 await client.run(warm.session_id, "fetch the report with topic=warm-up")
-                results = {name: await session(client, name) for name in PROFILES}
+                results = await sessions(client)
     print(f"{TURNS}-turn session, window budget {BUDGET:,} tokens (estimated, ~4 chars/token)")
     print("| profile | metric | median, turns 1-10 | median, turns 41-50 | P99, all turns |")
     print("| --- | --- | ---: | ---: | ---: |")
