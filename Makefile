@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry latency-bill
+	bench-telemetry bench-context latency-bill postgres
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,25 @@ bench: install-bench
 ## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
 soak: install
 	$(PY) -m bench.soak
+
+## postgres: PostgreSQL's server binaries (Debian's package), which the tests of the shared
+## session store start on a private port. Installed only when missing; needs root.
+postgres:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql package (server binaries for the shared-store tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends postgresql >/dev/null; \
+	else \
+		echo "PostgreSQL's server binaries (initdb, pg_ctl) are missing: install Debian's" \
+			"postgresql package (apt-get install postgresql) or put them on PATH"; \
+		exit 1; \
+	fi
+
+## bench-context: a 50-turn session with the context window on and off (about 30 s).
+bench-context: install-bench
+	$(PY) bench/context_window.py
 
 $(BUF):
 	mkdir -p .tools
@@ -71,7 +90,7 @@ lint: install buf-lint
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-pytest: install $(BUF)
+pytest: install $(BUF) postgres
 	$(PY) -m pytest -q
 
 ## test: every check: generated code, lint, types, the test suite.

@@ -37,11 +37,16 @@ def _serve(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"port": args.port})}
         )
+    from sidecar.sessions.store import SessionStoreError
+
     try:
         _run(serve(config))
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2
+    except SessionStoreError as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

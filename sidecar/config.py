@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 GROQ_BASE_URL = "https://api.groq.com/openai/v1"
 
@@ -132,6 +139,38 @@ class BudgetConfig(_Strict):
         return any(b is not None for b in (self.total, self.model, self.tools, self.other))
 
 
+class ContextConfig(_Strict):
+    """How a profile's model input is kept small: the window, tool-result trimming, memory.
+
+    Token counts are estimates (about 4 characters per token, the same rule the LLM
+    simulator uses), not a tokenizer's count: leave the provider's limit some headroom.
+    """
+
+    max_tokens: int | None = Field(32_000, ge=256)
+    """Token budget of the model input at the start of a turn: system prompt, tool
+    schemas, memory, history and the user's input. Older turns' tool results are trimmed,
+    then the oldest turns dropped, to stay under it. ``null`` turns the window off and
+    sends the whole history every turn."""
+    keep_recent_turns: int = Field(2, ge=0)
+    """The most recent turns, always sent whole, even above the budget."""
+    old_tool_result_chars: int = Field(400, ge=0)
+    """When the history is over budget, each tool result of an older turn is cut to this
+    many characters (with a marker saying how much was cut) before any turn is dropped."""
+    drop_batch_turns: int = Field(4, ge=1)
+    """Turns are dropped from the window this many at a time, so the history the provider
+    sees stays the same for several turns (its prompt cache keeps hitting) and memory is
+    summarised once per batch, not once per turn."""
+    tool_result_max_chars: int | None = Field(16_000, ge=64)
+    """Cap on one tool result as it enters the context, after the tool's ``result_fields``
+    are applied; the rest is cut with a marker saying how much. ``null``: no cap."""
+    memory: bool = False
+    """Summarise turns the window drops into the session's memory (one model call per
+    batch of dropped turns, after the turn that dropped them), and send that memory instead
+    of the turns. Off: dropped turns are simply not sent."""
+    memory_max_chars: int = Field(2_000, ge=100)
+    """Longest memory kept; the model is asked to stay under it and longer text is cut."""
+
+
 class ProfileConfig(_Strict):
     """An agent profile: what the agent is told, which tools it may use, its limits."""
 
@@ -149,6 +188,8 @@ class ProfileConfig(_Strict):
     """Seconds a call waits for ApproveToolCall before it counts as denied."""
     budget: BudgetConfig = BudgetConfig()
     """The profile's latency budget; unset budgets are not checked."""
+    context: ContextConfig = ContextConfig()
+    """The context window, tool-result trimming and memory of the profile's sessions."""
 
 
 class ServerConfig(_Strict):
@@ -220,6 +261,69 @@ class PriceConfig(_Strict):
     the prompt price."""
 
 
+class SqliteConfig(_Strict):
+    """The embedded session store: one SQLite file, used by one sidecar process."""
+
+    path: str = "agent-sidecar.db"
+    """The database file, relative to the working directory unless absolute. A lock file
+    next to it (``PATH.lock``) keeps a second sidecar from using the same file."""
+    synchronous: Literal["normal", "full"] = "normal"
+    """SQLite's ``synchronous`` setting in WAL mode. ``normal``: a finished turn survives
+    the process being killed; ``full``: it also survives a power loss, at one fsync per
+    turn."""
+
+
+class PostgresConfig(_Strict):
+    """The shared session store: PostgreSQL, for several sidecar replicas."""
+
+    dsn: str | None = None
+    """Connection string, e.g. ``postgresql://sidecar@db:5432/sidecar``. Put no password
+    here: the environment variable named by ``dsn_env`` wins when it is set."""
+    dsn_env: str = "SIDECAR_POSTGRES_DSN"
+    """Environment variable holding the connection string (with its password)."""
+    pool_size: int = Field(4, ge=1, le=100)
+    """Connections kept open to the server."""
+    connect_timeout: float = Field(10.0, gt=0)
+    """Seconds to wait for the server at start before the sidecar gives up."""
+    lease: float = Field(15.0, ge=0.1)
+    """Seconds a turn in progress stays claimed without a heartbeat. The sidecar renews
+    the claims of its running turns every third of this; a claim not renewed in time
+    belongs to a replica that died, and its turn is reported as interrupted."""
+
+
+class SessionsConfig(_Strict):
+    """Where sessions are kept, and for how long."""
+
+    store: Literal["sqlite", "postgres", "memory"] = "sqlite"
+    """``sqlite`` (embedded, one process), ``postgres`` (shared by replicas) or
+    ``memory`` (gone when the process ends; for tests and demos)."""
+    sqlite: SqliteConfig = SqliteConfig()
+    """Settings of the SQLite store."""
+    postgres: PostgresConfig = PostgresConfig()
+    """Settings of the PostgreSQL store."""
+    idle_ttl: float | None = Field(None, gt=0)
+    """Seconds after its last turn a session expires and is deleted. Unset: never."""
+    sweep_interval: float = Field(60.0, gt=0)
+    """Seconds between sweeps for expired sessions and cached results."""
+    replica_id: str | None = Field(None, min_length=1, max_length=128)
+    """A name for this replica that stays the same across its restarts (a StatefulSet
+    pod's name, say). With it, a restarted replica reports its own cut-off turns as
+    interrupted at once, instead of after their lease runs out. Two live replicas must
+    never share one. Unset: a new random id at every start."""
+
+
+class CacheConfig(_Strict):
+    """The tool-result cache."""
+
+    tool_results: bool = True
+    """Cache results of read-only tools that declare a ``cache_ttl``."""
+    max_entries: int = Field(10_000, ge=1)
+    """Results kept in this process's memory; the least recently used go first."""
+    shared: bool = False
+    """Also keep results in the shared store, so replicas reuse each other's results.
+    Needs ``sessions.store: postgres``."""
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -230,6 +334,8 @@ class SidecarConfig(_Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Price table by model name (as sent in requests), for each run's cost."""
+    sessions: SessionsConfig = SessionsConfig()
+    cache: CacheConfig = CacheConfig()
 
     @field_validator("tool_servers")
     @classmethod
@@ -239,6 +345,12 @@ class SidecarConfig(_Strict):
         if duplicates:
             raise ValueError(f"tool server names must be unique; repeated: {duplicates}")
         return servers
+
+    @model_validator(mode="after")
+    def _shared_cache_needs_a_shared_store(self) -> SidecarConfig:
+        if self.cache.shared and self.sessions.store != "postgres":
+            raise ValueError("cache.shared needs sessions.store: postgres")
+        return self
 
     @field_validator("profiles")
     @classmethod
@@ -286,3 +398,10 @@ def load_config(path: str | Path) -> SidecarConfig:
 def resolve_api_key(model: ModelConfig, environ: Mapping[str, str] = os.environ) -> str | None:
     """The model API key from the environment, or None when it is unset or empty."""
     return environ.get(model.api_key_env) or None
+
+
+def resolve_postgres_dsn(
+    config: PostgresConfig, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """The PostgreSQL connection string: from ``dsn_env`` when set, else ``dsn``."""
+    return environ.get(config.dsn_env) or config.dsn

@@ -10,6 +10,7 @@ from sidecar.budget import BudgetOverrun
 from sidecar.cost import RunCost
 from sidecar.llm.model import Usage
 from sidecar.run import (
+    CacheResult,
     ModelCallDetail,
     RunOutcome,
     Stage,
@@ -36,6 +37,9 @@ def usage(u: Usage) -> agent_pb2.TokenUsage:
         completion_tokens=u.completion_tokens,
         cached_prompt_tokens=u.cached_prompt_tokens,
     )
+
+
+_SAVED = (CacheResult.HIT, CacheResult.SHARED)
 
 
 def _optional(seconds: float | None) -> Duration | None:
@@ -66,6 +70,8 @@ def _tool_call(d: ToolCallDetail) -> agent_pb2.ToolCallTiming:
         retry_backoff=duration(d.backoff) if d.backoff else None,
         breaker_rejected=d.breaker_rejected,
         time_allowed=_optional(d.time_allowed),
+        cache_result=int(d.cache),  # type: ignore[arg-type]
+        cache_saved=duration(d.saved) if d.cache in _SAVED else None,
     )
 
 
@@ -158,4 +164,6 @@ def session(s: Session) -> agent_pb2.Session:
         create_time=timestamp(s.create_time),
         update_time=timestamp(s.update_time),
         turns=[turn(t) for t in s.turns],
+        memory=s.memory,
+        memory_turns=s.memory_turns,
     )

@@ -157,7 +157,10 @@ async def _demo(log: IO[bytes], json_output: bool) -> int:
             servers.append({"name": name, "address": address})
         config_dir = stack.enter_context(tempfile.TemporaryDirectory())
         config = Path(config_dir) / "sidecar.yaml"
-        config.write_text(yaml.safe_dump({"server": {"port": 0}, "tool_servers": servers}))
+        sessions = {"sqlite": {"path": str(Path(config_dir) / "sessions.db")}}
+        config.write_text(
+            yaml.safe_dump({"server": {"port": 0}, "tool_servers": servers, "sessions": sessions})
+        )
         address = await stack.enter_async_context(
             _process("-m", "sidecar.cli", "serve", "--config", str(config), log=log)
         )

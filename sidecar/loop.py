@@ -19,6 +19,7 @@ import orjson
 
 from sidecar.budget import BudgetOverrun, BudgetPolicy, BudgetStage, RunBudget
 from sidecar.config import BudgetConfig, ProfileConfig
+from sidecar.context.trim import ResultTrimmer
 from sidecar.llm.model import (
     Model,
     ModelError,
@@ -45,6 +46,7 @@ from sidecar.run import (
 from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher
+from sidecar.tools.result_cache import ResultCache
 
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace
@@ -104,12 +106,16 @@ class AgentLoop:
         catalog: ToolCatalog,
         connections: Mapping[str, ToolServerConnection],
         profiles: Mapping[str, ProfileConfig],
+        results: ResultCache | None = None,
     ) -> None:
         self.model = model
         self._catalog = catalog
         self._connections = connections
-        self._dispatcher = Dispatcher(catalog, connections)
+        self._dispatcher = Dispatcher(catalog, connections, results)
         self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
+        self._trimmers = {
+            name: ResultTrimmer(p.context.tool_result_max_chars) for name, p in profiles.items()
+        }
 
     def unavailable_servers(self) -> frozenset[str]:
         return frozenset(n for n, c in self._connections.items() if not c.available)
@@ -304,6 +310,7 @@ class _Run:
                 approver=self.approver,
                 metadata=self.metadata,
                 trace=self.trace,
+                trim=self.loop._trimmers[self.profile.name],
             )
             if self.budget is not None:
                 self.budget.tools_spent += self.clock.now() - stage_start
@@ -484,6 +491,8 @@ def _tool_stage(step: int, o: ToolOutcome) -> Stage:
             o.backoff,
             o.breaker_rejected,
             o.time_allowed,
+            o.cache,
+            o.saved,
         ),
     )
 

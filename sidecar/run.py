@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sidecar.budget import BudgetOverrun
 from sidecar.cost import RunCost
@@ -41,6 +41,16 @@ class ToolCallStatus(enum.IntEnum):
     DENIED = 5
     UNKNOWN_TOOL = 6
     CACHED = 7
+
+
+class CacheResult(enum.IntEnum):
+    """How the result cache took part in a tool call (``agentsidecar.v1.ToolCacheResult``)."""
+
+    NONE = 0
+    """Not cacheable, or the cache is off (the proto's UNSPECIFIED)."""
+    HIT = 1
+    MISS = 2
+    SHARED = 3
 
 
 class ToolAvailability(enum.IntEnum):
@@ -90,6 +100,9 @@ class ToolCallDetail:
     breaker_rejected: bool = False
     time_allowed: float | None = None
     """Seconds the call was allowed (its gRPC deadline); None when it was never sent."""
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
 
 
 @dataclass(slots=True)
@@ -173,6 +186,9 @@ class ToolOutcome:
     backoff: float = 0.0
     breaker_rejected: bool = False
     time_allowed: float | None = None
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
 
 
 class EventSink(Protocol):
@@ -208,3 +224,8 @@ class Turn:
     """Wall-clock start, seconds since the epoch."""
     end_time: float
     usage: Usage = field(default_factory=Usage)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The model messages the turn added to the conversation, oldest first; empty when the
+    turn failed, was cancelled or was cut off, so the next turn starts clean."""
+    tokens: int = 0
+    """Estimated tokens of ``messages``; 0 until someone estimated them."""

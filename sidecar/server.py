@@ -13,22 +13,30 @@ import asyncio
 import contextlib
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
-from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key
+from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key, resolve_postgres_dsn
+from sidecar.context.assembler import ContextAssembler
+from sidecar.context.memory import MemoryKeeper
 from sidecar.gc_tuning import freeze_startup_heap
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.loop import AgentLoop
 from sidecar.service import AgentServicer
-from sidecar.sessions.store import MemorySessionStore
+from sidecar.sessions.factory import store_from_config
+from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.result_cache import ResultCache
+
+if TYPE_CHECKING:
+    from sidecar.tools.shared_results import PostgresSharedResults
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +49,18 @@ _REFUSALS_QUIET = 0.25
 class Sidecar:
     """Everything one sidecar process runs, started and stopped as a unit."""
 
-    def __init__(self, config: SidecarConfig, *, api_key: str | None) -> None:
+    def __init__(
+        self, config: SidecarConfig, *, api_key: str | None, postgres_dsn: str | None = None
+    ) -> None:
         self.config = config
         self._api_key = api_key
         self.telemetry = Telemetry.from_config(config)
         metrics = self.telemetry.metrics
+        self._postgres_dsn = postgres_dsn
+        self.store: SessionStore | None = None
+        self.results: ResultCache | None = None
+        self.memory: MemoryKeeper | None = None
+        self._shared_results: PostgresSharedResults | None = None
         self.catalog = ToolCatalog()
         self.catalog.set_server_order([s.name for s in config.tool_servers])
         self.connections = {
@@ -104,16 +119,47 @@ class Sidecar:
             on_error=self.telemetry.model_error_hook(model.model),
         )
 
+    async def _open_state(self, model: Model) -> ContextAssembler:
+        """Open the session store and the result cache; build the context assembler."""
+        config = self.config
+        store = store_from_config(config.sessions, postgres_dsn=self._postgres_dsn)
+        await store.open()
+        self.store = store
+        shared = None
+        if config.cache.shared:
+            from sidecar.sessions.postgres import PostgresSessionStore
+            from sidecar.tools.shared_results import PostgresSharedResults
+
+            assert isinstance(store, PostgresSessionStore)
+            shared = PostgresSharedResults(
+                store.pool, sweep_interval=config.sessions.sweep_interval
+            )
+            await shared.open()
+            self._shared_results = shared
+        if config.cache.tool_results:
+            self.results = ResultCache(max_entries=config.cache.max_entries, shared=shared)
+        if any(p.context.memory for p in config.profiles.values()):
+            self.memory = MemoryKeeper(model, store, timeout=config.model.timeout)
+        return ContextAssembler(config.profiles, self.memory)
+
     async def start(self) -> int:
-        """Start serving; return the bound port."""
+        """Start serving; return the bound port.
+
+        Raises:
+            SessionStoreError: the session store cannot be opened.
+        """
         self._model = await self._start_model()
-        loop = AgentLoop(self._model, self.catalog, self.connections, self.config.profiles)
+        context = await self._open_state(self._model)
+        loop = AgentLoop(
+            self._model, self.catalog, self.connections, self.config.profiles, self.results
+        )
         options = [
             ("grpc.max_send_message_length", self.config.server.max_message_bytes),
             ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
         ]
         server = grpc.aio.server(options=options)
-        self._servicer = AgentServicer(loop, MemorySessionStore(), self.telemetry)
+        assert self.store is not None
+        self._servicer = AgentServicer(loop, self.store, context, self.telemetry)
         if self.telemetry.metrics is not None:
             metrics = self.config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
@@ -177,6 +223,21 @@ class Sidecar:
                     await self._servicer.wait_refusals_settled(_REFUSALS_QUIET)
         if self._server is not None:
             await self._server.stop(0.5)
+        if self._servicer is not None:
+            # Cancelled runs store their turns as they unwind: let them before closing.
+            try:
+                async with asyncio.timeout(5):
+                    await self._servicer.wait_idle()
+            except TimeoutError:
+                log.warning("runs still storing their turns after 5s; closing the store")
+        if self.memory is not None:
+            await self.memory.close()
+        if self.results is not None:
+            await self.results.close()
+        if self._shared_results is not None:
+            await self._shared_results.close()
+        if self.store is not None:
+            await self.store.close()
         for connection in self.connections.values():
             await connection.close()
         if self._model is not None:
@@ -188,7 +249,11 @@ class Sidecar:
 
 async def serve(config: SidecarConfig) -> None:
     """Run the sidecar until SIGTERM or SIGINT, then drain and return."""
-    sidecar = Sidecar(config, api_key=resolve_api_key(config.model))
+    sidecar = Sidecar(
+        config,
+        api_key=resolve_api_key(config.model),
+        postgres_dsn=resolve_postgres_dsn(config.sessions.postgres),
+    )
     port = await sidecar.start()
     freeze_startup_heap()
     if sidecar.metrics_port is not None:

@@ -19,10 +19,17 @@ from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar import convert
 from sidecar.budget import BudgetOverrun
 from sidecar.config import SidecarConfig
+from sidecar.context.assembler import ContextAssembler
 from sidecar.llm.model import ToolCall, Usage
 from sidecar.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.run import Clock, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Turn
-from sidecar.sessions.store import Session, SessionExists, SessionStore
+from sidecar.sessions.store import (
+    Session,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    SessionStore,
+)
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool
 
@@ -91,10 +98,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     """Implements ``agentsidecar.v1.AgentService``."""
 
     def __init__(
-        self, loop: AgentLoop, store: SessionStore, telemetry: Telemetry | None = None
+        self,
+        loop: AgentLoop,
+        store: SessionStore,
+        context: ContextAssembler | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._loop = loop
         self._store = store
+        self._context = context or ContextAssembler(
+            {name: p.config for name, p in loop.profiles.items()}, None
+        )
         self._telemetry = telemetry or Telemetry.from_config(SidecarConfig())
         self._approvals: dict[tuple[str, str], asyncio.Future[tuple[bool, str]]] = {}
         self._runs: set[asyncio.Task[Any]] = set()
@@ -195,17 +209,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     # -- runs -------------------------------------------------------------------------
 
     async def _begin(
-        self, session_id: str, user_input: str, context: grpc.aio.ServicerContext
-    ) -> tuple[Session, Profile]:
+        self, session_id: str, user_input: str, context: grpc.aio.ServicerContext, run_id: str
+    ) -> tuple[Session, Profile, float]:
+        """Check the request, load the session and take its lock (the turn's start record).
+
+        Returns the session, its profile and the turn's wall-clock start.
+        """
         await self._refuse_if_draining(context)
         if not user_input:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "input must not be empty")
         session = await self._session(session_id, context)
-        if session.running:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"session {session_id!r} is already running a turn; wait for it to finish",
-            )
         profile = self._loop.profiles.get(session.profile)
         if profile is None:
             await context.abort(
@@ -214,7 +227,32 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 "which is no longer configured",
             )
         assert profile is not None
-        return session, profile
+        started = time.time()
+        claim = asyncio.ensure_future(
+            self._store.begin_turn(session_id, run_id, user_input, started)
+        )
+        try:
+            await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # The caller left while the session was being claimed: never leave it claimed.
+            claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
+            if claimed:
+                await self._cancelled_turn(session_id, run_id, user_input, started)
+            raise
+        except SessionBusy:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"session {session_id!r} is already running a turn; wait for it to finish",
+            )
+        except SessionNotFound:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {session_id!r}")
+        return session, profile, started
+
+    async def _cancelled_turn(
+        self, session_id: str, run_id: str, user_input: str, started: float
+    ) -> None:
+        turn = Turn(run_id, user_input, "", StopReason.CANCELLED, started, time.time())
+        await asyncio.shield(self._store.finish_turn(session_id, turn))
 
     async def _execute(
         self,
@@ -226,6 +264,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         structured: bool,
         sink: _StreamSink | None,
         clock: Clock,
+        started: float,
     ) -> RunOutcome:
         remaining = context.time_remaining()
         if remaining is None:
@@ -247,15 +286,21 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         # Traced, each tool call carries its own span's context; otherwise the caller's
         # trace context passes through to the tool servers as it came.
         metadata = [] if trace else [(k, v) for k, v in invocation if k in _TRACE_HEADERS]
-        started = time.time()
-        session.running = True
         self._active += 1
         self._idle.clear()
         result: RunResultWithMessages | None = None
+        window = None
         try:
+            window = self._context.window(
+                session,
+                profile.name,
+                profile.system_message,
+                self._loop.tool_definitions(profile),
+                user_input,
+            )
             result = await self._loop.run(
                 profile,
-                session.messages,
+                window.messages,
                 user_input,
                 deadline=deadline,
                 structured=structured,
@@ -280,14 +325,15 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             )
             if outcome is not None:
                 turn.usage = outcome.usage
-            # Recording is synchronous for the memory store and must happen even when
-            # the run was cancelled; shield it from the cancellation.
-            record = self._store.record_turn(session, turn, result.messages if result else [])
+            if result is not None:
+                turn.messages = result.messages
             persisting = clock.now()
             try:
-                await asyncio.shield(record)
+                # The turn must be stored even when the run was cancelled.
+                await asyncio.shield(self._store.finish_turn(session.session_id, turn))
+                if window is not None:
+                    self._context.turn_finished(session, profile.name, window)
             finally:
-                session.running = False
                 self._active -= 1
                 if self._active == 0:
                     self._idle.set()
@@ -324,10 +370,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.RunResponse:
         clock = Clock()
-        session, profile = await self._begin(request.session_id, request.input, context)
         run_id = uuid.uuid4().hex
+        session, profile, started = await self._begin(
+            request.session_id, request.input, context, run_id
+        )
         outcome = await self._execute(
-            session, profile, run_id, request.input, context, True, None, clock
+            session, profile, run_id, request.input, context, True, None, clock, started
         )
         return agent_pb2.RunResponse(run_id=run_id, result=convert.run_result(outcome))
 
@@ -335,8 +383,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
         clock = Clock()
-        session, profile = await self._begin(request.session_id, request.input, context)
         run_id = uuid.uuid4().hex
+        session, profile, started = await self._begin(
+            request.session_id, request.input, context, run_id
+        )
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
         queue: asyncio.Queue[agent_pb2.StreamRunResponse | None] = asyncio.Queue()
         sink = _StreamSink(queue, run_id)
@@ -346,10 +396,21 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             )
         )
 
+        began = asyncio.Event()
+
         async def drive() -> None:
+            began.set()
             try:
                 outcome = await self._execute(
-                    session, profile, run_id, request.input, context, structured, sink, clock
+                    session,
+                    profile,
+                    run_id,
+                    request.input,
+                    context,
+                    structured,
+                    sink,
+                    clock,
+                    started,
                 )
                 sink.put(run_finished=convert.run_result(outcome))
             except Exception as exc:  # a bug, not a run failure: report it, don't hang
@@ -371,6 +432,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 task.cancel()
             # Wait for the cancelled run to record its turn before the handler ends.
             await asyncio.gather(task, return_exceptions=True)
+            if not began.is_set():
+                # Cancelled before it began, so it recorded nothing: release the session.
+                await self._cancelled_turn(session.session_id, run_id, request.input, started)
 
     async def ApproveToolCall(
         self, request: agent_pb2.ApproveToolCallRequest, context: grpc.aio.ServicerContext

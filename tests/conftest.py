@@ -1,4 +1,7 @@
-"""The stack the telemetry and budget tests share, started once per session.
+"""Fixtures shared by several test modules.
+
+``postgres_server`` / ``postgres_dsn``: one private PostgreSQL server per test session,
+and a fresh database per test (for the shared session store and result cache).
 
 ``observed_stack``: the LLM simulator, the scripted tool server, the example shop tool
 server (tracing on, exporting to an OTLP receiver in this process) and a sidecar with
@@ -9,11 +12,12 @@ and work in their own sessions; metric assertions compare scrapes around their o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from otlp_receiver import otlp_receiver
+from pg import MISSING, PostgresServer, create_database, drop_database, server_binaries
 from procs import spawn
 from stack import scripted_toolserver, sidecar, sidecar_config, simulator
 
@@ -74,3 +78,25 @@ def observed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
                 }
         finally:
             shop.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the whole test session, started on first use."""
+    binaries = server_binaries()
+    if binaries is None:
+        pytest.fail(MISSING)
+    server = PostgresServer(binaries)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def postgres_dsn(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    """A fresh, empty database for one test."""
+    dsn = await create_database(postgres_server)
+    yield dsn
+    await drop_database(postgres_server, dsn)

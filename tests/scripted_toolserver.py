@@ -11,6 +11,11 @@ misbehave on request, and it counts what it saw so tests can assert on the serve
 - ``hang()``: never returns; counts the calls that were cancelled.
 - ``broken()``: fails with UNAVAILABLE while the server is in "broken" mode.
 - ``refund(order)``: destructive, requires approval.
+- ``cached_read(key, ms)``: read-only, cached for 60 s, declares ``result_fields`` (key,
+  value): its output also carries a bulky ``debug`` field the model never needs.
+- ``short_cached_read(key)``: read-only, cached for 0.4 s.
+- ``cached_write(key)``: declares a cache TTL but is not read-only: never cached.
+- ``big_read(tag, size)``: read-only; JSON output of about ``size`` characters.
 - ``stats()`` / ``set_broken(broken)``: for the test itself, not for the model.
 
 Run: ``python tests/scripted_toolserver.py --port 0``.
@@ -28,6 +33,7 @@ from typing import Any
 
 import grpc
 import orjson
+from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health, health_pb2_grpc
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
@@ -53,6 +59,18 @@ TOOLS = [
     _tool("hang", {}, read_only=True),
     _tool("broken", {}, read_only=True),
     _tool("refund", {"order": STR}, destructive=True, requires_approval=True),
+    _tool(
+        "cached_read",
+        {"key": STR, "ms": INT},
+        read_only=True,
+        idempotent=True,
+        cache_ttl=Duration(seconds=60),
+        version="1",
+        result_fields=["key", "value"],
+    ),
+    _tool("short_cached_read", {"key": STR}, read_only=True, cache_ttl=Duration(nanos=400_000_000)),
+    _tool("cached_write", {"key": STR}, cache_ttl=Duration(seconds=60)),
+    _tool("big_read", {"tag": STR, "size": INT}, read_only=True, idempotent=True),
     _tool("stats", {}, read_only=True),
     _tool("set_broken", {"broken": {"type": "boolean"}}),
 ]
@@ -108,6 +126,16 @@ class ScriptedTools(tool_pb2_grpc.ToolServiceServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "broken on purpose")
             await asyncio.sleep(0.2)
             result.output = "fine"
+        elif name == "cached_read":
+            await asyncio.sleep(args["ms"] / 1000)
+            result.output = orjson.dumps(
+                {"key": args["key"], "value": f"value of {args['key']}", "debug": "d" * 2000}
+            ).decode()
+        elif name in ("short_cached_read", "cached_write"):
+            result.output = f"{name} {args['key']} #{self.calls[name]}"
+        elif name == "big_read":
+            rows = [f"{args['tag']} row {i:05d} " + "x" * 40 for i in range(args["size"] // 56)]
+            result.output = orjson.dumps({"tag": args["tag"], "rows": rows}).decode()
         elif name == "refund":
             result.output = f"refunded {args['order']}"
         elif name == "stats":

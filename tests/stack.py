@@ -71,6 +71,8 @@ def sidecar_config(
 @contextmanager
 def sidecar(config: dict[str, Any], tmp_path: Path) -> Iterator[ServerProcess]:
     path = tmp_path / f"sidecar-{id(config)}.yaml"
+    if "sessions" not in config:  # the embedded store, in the test's own directory
+        config = {**config, "sessions": {"sqlite": {"path": str(tmp_path / "sessions.db")}}}
     path.write_text(yaml.safe_dump(config))
     proc = spawn(["-m", "sidecar.cli", "serve", "--config", str(path)], env={"GROQ_API_KEY": ""})
     try:

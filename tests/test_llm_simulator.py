@@ -605,6 +605,21 @@ async def test_ttft_and_token_latency_options_delay_answers() -> None:
     assert streamed >= first_token + 0.15  # six-plus chunks at 40 ms each
 
 
+async def test_prefill_latency_grows_with_the_uncached_prompt_and_requests_are_kept() -> None:
+    options = SimulatorOptions(prefill_ms_per_1k=100)
+    async with (
+        LLMSimulator(options) as simulator,
+        openai.AsyncOpenAI(base_url=simulator.base_url, api_key="sim", max_retries=0) as client,
+    ):
+        long_text = "word " * 4_000  # about 5,000 tokens: 500 ms of simulated prefill
+        response = await _ask(client, long_text)
+        await _ask(client, "short")
+        stats = simulator.stats()
+
+    assert response.usage.prompt_time >= 0.4
+    assert [r["messages"][0]["content"] for r in stats["recent_requests"]] == [long_text, "short"]
+
+
 async def test_in_process_simulator_serves_on_its_base_url_and_stops() -> None:
     simulator = LLMSimulator(SimulatorOptions())
     port = await simulator.start()

@@ -211,7 +211,7 @@ async def test_with_no_model_key_the_sidecar_runs_on_the_embedded_simulator(
     tmp_path: Path,
 ) -> None:
     config_path = tmp_path / "empty.yaml"
-    config_path.write_text("server:\n  port: 0\n")
+    config_path.write_text(f"server:\n  port: 0\nsessions:\n  sqlite:\n    path: {tmp_path}/s.db\n")
     side = spawn(
         ["-m", "sidecar.cli", "--log-level", "INFO", "serve", "--config", str(config_path)],
         env={"GROQ_API_KEY": ""},

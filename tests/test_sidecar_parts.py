@@ -12,11 +12,13 @@ from pydantic import BaseModel
 from agentsidecar.v1 import agent_pb2, tool_pb2
 from sidecar.budget import BudgetPolicy, BudgetStage
 from sidecar.config import (
+    CacheConfig,
     ConfigError,
     ModelConfig,
     PriceConfig,
     ProfileConfig,
     ServerConfig,
+    SessionsConfig,
     TelemetryConfig,
     ToolServerConfig,
     parse_config,
@@ -116,6 +118,18 @@ def test_the_models_tool_list_is_the_same_object_until_the_catalog_changes() -> 
     assert catalog.definitions("default", None, frozenset({"shop"})) == []
 
 
+def test_a_change_on_one_server_rebuilds_none_of_another_servers_tools() -> None:
+    catalog = ToolCatalog()
+    catalog.update("shop", _listing(_tool("price", cache_ttl={"seconds": 30}, version="3")))
+    price = catalog.get("price")
+    assert price is not None and price.cache_ttl == 30 and price.version == "3"
+    catalog.update("warehouse", _listing(_tool("move")))
+    catalog.update("warehouse", _listing(_tool("move"), _tool("count"), version="v2"))
+    assert catalog.get("price") is price  # same object: schema not recompiled
+    catalog.update("shop", _listing(_tool("price"), version="v2"))
+    assert catalog.get("price") is not price
+
+
 def test_invalid_arguments_are_explained_for_the_model() -> None:
     catalog = ToolCatalog()
     catalog.update("shop", _listing(_tool("reserve")))
@@ -170,6 +184,8 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(ToolServerConfig, "tool_servers[].")
         + _config_keys(TelemetryConfig, "telemetry.")
         + _config_keys(PriceConfig, "prices.MODEL.")
+        + _config_keys(SessionsConfig, "sessions.")
+        + _config_keys(CacheConfig, "cache.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

@@ -300,6 +300,26 @@ def test_keys_and_name_overrides_are_recorded() -> None:
     )
 
 
+class _Parcel(BaseModel):
+    carrier: str
+    eta: str
+    raw_scan_log: list[str]
+
+
+def _track(order_id: str) -> _Parcel:
+    """Track."""
+    return _Parcel(carrier="x", eta="y", raw_scan_log=[])
+
+
+def test_result_fields_are_recorded_and_reach_the_descriptor() -> None:
+    from toolservers._descriptors import tool_descriptor
+
+    tool = declare(_track, read_only=True, result_fields=["carrier", "eta"])
+
+    assert tool.result_fields == ("carrier", "eta")
+    assert list(tool_descriptor(tool).result_fields) == ["carrier", "eta"]
+
+
 class NotSerializable:
     pass
 
@@ -396,6 +416,9 @@ def _two_contexts(a: ToolContext, b: ToolContext) -> str:
         (_keyed, {"name": "x" * 65}, "invalid name"),
         (_keyed, {"timeout": 0}, "timeout must be positive"),
         (_keyed, {"timeout": "5s"}, "seconds (a number) or a timedelta"),
+        (_track, {"result_fields": "eta"}, "takes a list of field names"),
+        (_track, {"result_fields": ["parcel..eta"]}, "dotted paths"),
+        (_track, {"result_fields": ["etd"]}, "names no field of the output"),
     ],
 )
 def test_declaration_mistakes_raise_a_helpful_error_at_decoration_time(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import re
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +38,7 @@ def define_tool(
     timeout: Seconds | None,
     cache_ttl: Seconds | None,
     version: str,
+    result_fields: Iterable[str] = (),
 ) -> Tool:
     """Validate the declaration of one tool and build it.
 
@@ -78,6 +79,7 @@ def define_tool(
     writes = _keys(where, "write_keys", write_keys, signature.parameters)
     if read_only and writes:
         raise ToolDefinitionError(f"{where}: a read_only tool cannot declare write_keys")
+    fields = _result_fields(where, result_fields, signature.output_schema)
     return Tool(
         name=tool_name,
         description=text.strip(),
@@ -94,6 +96,7 @@ def define_tool(
         timeout=_duration(where, "timeout", timeout),
         cache_ttl=_duration(where, "cache_ttl", cache_ttl),
         version=version,
+        result_fields=fields,
         signature=signature,
     )
 
@@ -123,6 +126,44 @@ def _keys(
                     f"must name a top-level argument, one of {list(parameters)}"
                 )
     return result
+
+
+def _result_fields(
+    where: str, fields: Iterable[str], output_schema: Mapping[str, Any] | None
+) -> tuple[str, ...]:
+    if isinstance(fields, str):
+        raise ToolDefinitionError(
+            f"{where}: result_fields takes a list of field names, got the string {fields!r}; "
+            f"write result_fields=[{fields!r}]"
+        )
+    result = tuple(fields)
+    for path in result:
+        if not isinstance(path, str) or not path or any(not p for p in path.split(".")):
+            raise ToolDefinitionError(
+                f"{where}: result_fields entries are field names or dotted paths such as "
+                f"'parcel.eta', got {path!r}"
+            )
+        known = _output_fields(output_schema)
+        head = path.split(".", 1)[0]
+        if known is not None and head not in known:
+            raise ToolDefinitionError(
+                f"{where}: result_fields entry {path!r} names no field of the output; "
+                f"the return type declares {sorted(known)}"
+            )
+    return result
+
+
+def _output_fields(schema: Mapping[str, Any] | None) -> set[str] | None:
+    """Top-level field names the output schema declares (of its items, for a list), or
+    None when it declares none (then any name is accepted)."""
+    if not schema:
+        return None
+    if schema.get("type") == "array" and isinstance(schema.get("items"), Mapping):
+        schema = schema["items"]
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return None
+    return set(properties)
 
 
 def _duration(where: str, what: str, value: Seconds | None) -> timedelta | None:

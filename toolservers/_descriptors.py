@@ -25,6 +25,7 @@ def tool_descriptor(tool: Tool) -> tool_pb2.ToolDescriptor:
         read_keys=tool.read_keys,
         write_keys=tool.write_keys,
         version=tool.version,
+        result_fields=tool.result_fields,
     )
     if tool.timeout is not None:
         descriptor.default_timeout.FromTimedelta(tool.timeout)

@@ -62,6 +62,7 @@ class ToolRunner:
 
     def __init__(self, tool: Tool, executor: Executor, latency: float = 0.0) -> None:
         signature = tool.signature
+        assert signature is not None, "tools are built by define_tool"
         self.name = tool.name
         self._fn = tool.fn
         self._is_async = tool.is_async

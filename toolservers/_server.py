@@ -64,6 +64,7 @@ class ToolServer:
         timeout: Seconds | None = None,
         cache_ttl: Seconds | None = None,
         version: str | None = None,
+        result_fields: Iterable[str] = (),
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -81,6 +82,7 @@ class ToolServer:
         timeout: Seconds | None = None,
         cache_ttl: Seconds | None = None,
         version: str | None = None,
+        result_fields: Iterable[str] = (),
     ) -> F | Callable[[F], F]:
         """Register a function as a tool; usable bare (``@server.tool``) or with arguments.
 
@@ -107,6 +109,10 @@ class ToolServer:
                 ``read_only=True``. Default: never cached.
             version: Free-form version, part of every cache key. Default: the
                 server's version.
+            result_fields: The fields of the (JSON) output the model needs, e.g.
+                ``["status", "parcel.eta"]``; a path through a list applies to each
+                item. The sidecar drops the rest before the result enters the
+                model's context. Default: all of it.
 
         Raises:
             ToolDefinitionError: the function or the arguments cannot make a valid
@@ -127,6 +133,7 @@ class ToolServer:
                 timeout=timeout,
                 cache_ttl=cache_ttl,
                 version=version,
+                result_fields=result_fields,
             )
             return func
 
@@ -147,6 +154,7 @@ class ToolServer:
         timeout: Seconds | None = None,
         cache_ttl: Seconds | None = None,
         version: str | None = None,
+        result_fields: Iterable[str] = (),
     ) -> Tool:
         """Register a function as a tool without decorating it; see ``tool``.
 
@@ -166,6 +174,7 @@ class ToolServer:
             timeout=timeout,
             cache_ttl=cache_ttl,
             version=self.version if version is None else version,
+            result_fields=result_fields,
         )
         if tool.name in self._tools:
             raise ToolDefinitionError(

@@ -31,6 +31,8 @@ class Tool:
         timeout: How long one call may take when the caller sets nothing shorter.
         cache_ttl: How long a result may be served from a cache.
         version: Free-form version, part of every cache key.
+        result_fields: Output fields the model needs (names or dotted paths); empty
+            keeps the whole output.
     """
 
     name: str
@@ -39,14 +41,15 @@ class Tool:
     is_async: bool
     input_schema: Mapping[str, Any]
     output_schema: Mapping[str, Any] | None
-    read_only: bool
-    idempotent: bool
-    destructive: bool
-    requires_approval: bool
-    read_keys: tuple[str, ...]
-    write_keys: tuple[str, ...]
-    timeout: timedelta | None
-    cache_ttl: timedelta | None
-    version: str
+    read_only: bool = False
+    idempotent: bool = False
+    destructive: bool = False
+    requires_approval: bool = False
+    read_keys: tuple[str, ...] = ()
+    write_keys: tuple[str, ...] = ()
+    timeout: timedelta | None = None
+    cache_ttl: timedelta | None = None
+    version: str = ""
+    result_fields: tuple[str, ...] = ()
     #: How calls are validated and results encoded; internal.
-    signature: CallSignature = field(repr=False, compare=False)
+    signature: CallSignature | None = field(default=None, repr=False, compare=False)

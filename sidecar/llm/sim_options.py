@@ -30,6 +30,11 @@ class SimulatorOptions:
     """Delay per streamed content or argument chunk; non-streamed calls wait the sum of
     what their chunks would have cost. Default 0."""
 
+    prefill_ms_per_1k: float = 0.0
+    """Delay per 1,000 prompt tokens not served from the prompt cache, added to the time to
+    first token: a provider's prompt processing grows with the context, and cached prefixes
+    skip it. Default 0."""
+
     jitter_ms: float = 0.0
     """Uniform ± jitter added to every delay above (never below zero). Default 0."""
 

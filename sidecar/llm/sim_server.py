@@ -13,7 +13,7 @@ import logging
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -56,16 +56,21 @@ MODELS: Final = ("llama-3.3-70b-versatile", "llama-3.1-8b-instant", "openai/gpt-
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+RECENT_REQUESTS = 32
+"""Request bodies kept for ``GET /sim/stats`` (``recent_requests``), newest last."""
+
+
 class _Stats:
     """Counters behind ``GET /sim/stats``."""
 
-    __slots__ = ("by_status", "last_request", "requests", "streamed")
+    __slots__ = ("by_status", "last_request", "recent_requests", "requests", "streamed")
 
     def __init__(self) -> None:
         self.requests = 0
         self.streamed = 0
         self.by_status: Counter[str] = Counter()
         self.last_request: Any = None
+        self.recent_requests: deque[Any] = deque(maxlen=RECENT_REQUESTS)
 
 
 class LLMSimulator:
@@ -178,6 +183,7 @@ class LLMSimulator:
             "streamed": stats.streamed,
             "faults_pending": self._faults.pending(),
             "last_request": stats.last_request,
+            "recent_requests": list(stats.recent_requests),
         }
 
     def reset(self) -> None:
@@ -215,6 +221,7 @@ class LLMSimulator:
             stats.last_request = raw.decode("utf-8", "replace")
         else:
             stats.last_request = body
+            stats.recent_requests.append(body)
         problem = request_problem(body)
         if problem is not None:
             return self._error(
@@ -275,7 +282,7 @@ class LLMSimulator:
                 request, body, reply, ids, headers, arrived, prompt_tokens, cached, disconnect
             )
         planned = time.perf_counter()
-        ttft = self._ttft_s(reply)
+        ttft = self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached)
         if ttft > 0:
             await asyncio.sleep(ttft)
         first = time.perf_counter()
@@ -316,7 +323,7 @@ class LLMSimulator:
             f"chatcmpl-{self._ids.getrandbits(96):024x}", int(time.time()), body["model"]
         )
         planned = time.perf_counter()
-        ttft = self._ttft_s(reply)
+        ttft = self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached)
         if ttft > 0:
             await asyncio.sleep(ttft)
         response = web.StreamResponse(headers={**headers, **_SSE_HEADERS})
@@ -409,6 +416,10 @@ class LLMSimulator:
     def _ttft_s(self, reply: Reply) -> float:
         ttft_ms = reply.latency_ms if reply.latency_ms is not None else self._options.ttft_ms
         return self._jittered(ttft_ms / 1000) if ttft_ms > 0 else 0.0
+
+    def _prefill_s(self, uncached_tokens: int) -> float:
+        per_1k = self._options.prefill_ms_per_1k
+        return per_1k * max(0, uncached_tokens) / 1_000_000 if per_1k > 0 else 0.0
 
     def _jittered(self, seconds: float) -> float:
         jitter = self._options.jitter_ms / 1000

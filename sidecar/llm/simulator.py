@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token-ms", type=_non_negative, default=0.0, help="delay per streamed chunk"
     )
     parser.add_argument(
+        "--prefill-ms-per-1k",
+        type=_non_negative,
+        default=0.0,
+        help="delay per 1000 uncached prompt tokens, added to the first token",
+    )
+    parser.add_argument(
         "--jitter-ms", type=_non_negative, default=0.0, help="uniform ± jitter on each delay"
     )
     for status in ("429", "500", "hang"):
@@ -106,6 +112,7 @@ def options_from_args(args: argparse.Namespace) -> SimulatorOptions:
     return SimulatorOptions(
         ttft_ms=args.ttft_ms,
         token_ms=args.token_ms,
+        prefill_ms_per_1k=args.prefill_ms_per_1k,
         jitter_ms=args.jitter_ms,
         scenario=Scenario.load(args.scenario) if args.scenario else None,
         fault_rate_429=args.fault_rate_429,

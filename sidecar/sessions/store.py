@@ -1,82 +1,201 @@
-"""Where sessions live: their profile, their conversation and their finished turns.
+"""Where sessions live: their profile, their finished turns and their memory.
 
-:class:`SessionStore` is the interface; :class:`MemorySessionStore` keeps sessions in
-this process. A turn is recorded whole, once, when its run ends.
+:class:`SessionStore` is the interface every store implements; :class:`MemorySessionStore`
+keeps sessions in this process (tests, demos). ``sqlite.py`` is the embedded default and
+``postgres.py`` the store several replicas share.
+
+The turn protocol, the same for every store:
+
+1. :meth:`SessionStore.begin_turn` writes a small *turn started* record. It is also the
+   session's lock: a session has at most one, so runs of one session never overlap, even
+   across replicas sharing a store.
+2. :meth:`SessionStore.finish_turn` replaces it with the finished turn (its answer and the
+   messages it added) in one transaction: a turn is either all there or not there.
+3. A *turn started* record whose process died is reported as a turn with
+   ``STOP_REASON_INTERRUPTED`` (each store says how it knows the process died). A turn is
+   never half-written and never silently dropped.
+
+Exceptions::
+
+    SessionStoreError        the store cannot be used (unreachable, locked, too new)
+    SessionExists            create: the id is taken
+    SessionNotFound          begin_turn: the session is gone (deleted, expired)
+    SessionBusy              begin_turn: another run holds the session
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sidecar.run import Turn
+from sidecar.run import StopReason, Turn
+
+
+class SessionStoreError(Exception):
+    """The session store cannot be used; the message says why and what to do."""
 
 
 class SessionExists(Exception):
     """A session with that id already exists."""
 
 
+class SessionNotFound(Exception):
+    """No such session (never created, deleted, or expired)."""
+
+
+class SessionBusy(Exception):
+    """Another run holds the session; runs of one session never overlap."""
+
+
 @dataclass(slots=True)
 class Session:
-    """One conversation under one agent profile."""
+    """One conversation under one agent profile, as loaded from its store."""
 
     session_id: str
     profile: str
     labels: dict[str, str]
     create_time: float
     update_time: float
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    """The conversation as model messages (no system prompt), oldest first."""
     turns: list[Turn] = field(default_factory=list)
-    running: bool = False
-    """True while a run holds the session; runs of one session never overlap."""
+    """Finished and interrupted turns, oldest first."""
+    memory: str = ""
+    """The long-term memory the model summarised older turns into; empty when none."""
+    memory_turns: int = 0
+    """How many of the oldest turns ``memory`` covers."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole conversation as model messages (no system prompt), oldest first."""
+        return [m for t in self.turns for m in t.messages]
+
+
+def interrupted_turn(run_id: str, user_input: str, start_time: float, noticed: float) -> Turn:
+    """The record of a turn whose process died mid-run; ``end_time`` is when it was noticed."""
+    return Turn(run_id, user_input, "", StopReason.INTERRUPTED, start_time, noticed)
 
 
 class SessionStore(Protocol):
-    """Keeps sessions. Implementations must record a turn atomically."""
+    """Keeps sessions. Every method may be called concurrently from one event loop."""
 
-    async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
-        """Create a session; raise :class:`SessionExists` when the id is taken."""
+    async def open(self) -> None:
+        """Connect, create the schema when needed, report turns cut off by a previous
+        process as interrupted, and start background upkeep (expiry, leases).
+
+        Raises:
+            SessionStoreError: the store cannot be used.
+        """
         ...
 
-    async def get(self, session_id: str) -> Session | None: ...
+    async def close(self) -> None:
+        """Stop background upkeep and release connections."""
+        ...
 
-    async def delete(self, session_id: str) -> bool: ...
+    async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
+        """Create a session; an empty id gets a generated one.
 
-    async def record_turn(
-        self, session: Session, turn: Turn, messages: list[dict[str, Any]]
+        Raises:
+            SessionExists: the id is taken.
+        """
+        ...
+
+    async def get(self, session_id: str) -> Session | None:
+        """The session with its turns, or None when it does not exist or has expired."""
+        ...
+
+    async def delete(self, session_id: str) -> bool:
+        """Delete a session and its turns; False when there was none."""
+        ...
+
+    async def begin_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
     ) -> None:
-        """Append a finished turn and the messages it added to the conversation."""
+        """Record that a turn started, taking the session's lock.
+
+        Raises:
+            SessionBusy: another run holds the session.
+            SessionNotFound: the session does not exist.
+        """
+        ...
+
+    async def finish_turn(self, session_id: str, turn: Turn) -> None:
+        """Replace the turn's start record with the finished turn, atomically. A session
+        deleted meanwhile stays deleted."""
+        ...
+
+    async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        """Store a new memory covering the oldest ``memory_turns`` turns, unless the
+        stored memory already covers as many; True when it was stored."""
         ...
 
 
 class MemorySessionStore:
-    """Sessions in this process's memory; they end with it."""
+    """Sessions in this process's memory; they end with it, so nothing is ever cut off."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, idle_ttl: float | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self._sessions: dict[str, Session] = {}
+        self._running: dict[str, str] = {}
+        self._idle_ttl = idle_ttl
+        self._clock = clock
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
     async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
         session_id = session_id or uuid.uuid4().hex
-        if session_id in self._sessions:
+        if await self.get(session_id) is not None:
             raise SessionExists(session_id)
-        now = time.time()
+        now = self._clock()
         session = Session(session_id, profile, dict(labels), now, now)
         self._sessions[session_id] = session
         return session
 
     async def get(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if (
+            self._idle_ttl is not None
+            and session_id not in self._running
+            and session.update_time < self._clock() - self._idle_ttl
+        ):
+            await self.delete(session_id)
+            return None
+        return session
 
     async def delete(self, session_id: str) -> bool:
+        self._running.pop(session_id, None)
         return self._sessions.pop(session_id, None) is not None
 
-    async def record_turn(
-        self, session: Session, turn: Turn, messages: list[dict[str, Any]]
+    async def begin_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
     ) -> None:
-        session.messages.extend(messages)
+        if await self.get(session_id) is None:
+            raise SessionNotFound(session_id)
+        if session_id in self._running:
+            raise SessionBusy(session_id)
+        self._running[session_id] = run_id
+
+    async def finish_turn(self, session_id: str, turn: Turn) -> None:
+        if self._running.get(session_id) == turn.run_id:
+            del self._running[session_id]
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
         session.turns.append(turn)
         session.update_time = turn.end_time
+
+    async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        session = self._sessions.get(session_id)
+        if session is None or session.memory_turns >= memory_turns:
+            return False
+        session.memory = memory
+        session.memory_turns = memory_turns
+        return True

@@ -17,13 +17,14 @@ import logging
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fastjsonschema
 import orjson
 
 from agentsidecar.v1 import tool_pb2
+from sidecar.context.trim import FieldTree, field_tree
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,12 @@ class CatalogTool:
     definition: dict[str, Any]
     """The tool as sent to the model (OpenAI ``tools[]`` entry)."""
     _validate: Callable[[Any], Any]
+    cache_ttl: float | None = None
+    """Seconds a result may be reused (read-only tools only); None: never cached."""
+    version: str = ""
+    """The tool's declared version, part of its results' cache key."""
+    result_fields: FieldTree = field(default_factory=dict)
+    """The output fields the model needs (empty: all), as a tree of paths."""
 
     def parse_arguments(self, text: str) -> dict[str, Any]:
         """Parse and validate the model's argument text.
@@ -143,6 +150,9 @@ def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> Catal
         write_keys=tuple(KeyTemplate.parse(k) for k in descriptor.write_keys),
         definition=definition,
         _validate=validate,
+        cache_ttl=_seconds(descriptor.cache_ttl) if descriptor.HasField("cache_ttl") else None,
+        version=descriptor.version,
+        result_fields=field_tree(descriptor.result_fields),
     )
 
 
@@ -156,6 +166,9 @@ class ToolCatalog:
         self.version = 0
         self._definitions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._server_order: list[str] = []
+        # Built tools by (server, its tool-set version, name seen by the model): a change
+        # on one server never recompiles the schemas of another.
+        self._built: dict[tuple[str, str, str], CatalogTool] = {}
 
     def set_server_order(self, names: Sequence[str]) -> None:
         """Fix the order servers' tools appear in (the configuration's order)."""
@@ -191,18 +204,25 @@ class ToolCatalog:
                         name,
                     )
                     continue
-                try:
-                    tools[name] = _build(name, server, descriptor)
-                except Exception as exc:
-                    # However a third-party schema fails to parse or compile, one broken
-                    # descriptor must not take the server's other tools down.
-                    log.warning(
-                        "tool server %s: tool %s has an unusable input schema (%s); "
-                        "it is not offered",
-                        server,
-                        descriptor.name,
-                        exc,
-                    )
+                key = (server, self._server_versions[server], name)
+                built = self._built.get(key)
+                if built is None or built.descriptor != descriptor:
+                    try:
+                        built = self._built[key] = _build(name, server, descriptor)
+                    except Exception as exc:
+                        # However a third-party schema fails to parse or compile, one broken
+                        # descriptor must not take the server's other tools down.
+                        log.warning(
+                            "tool server %s: tool %s has an unusable input schema (%s); "
+                            "it is not offered",
+                            server,
+                            descriptor.name,
+                            exc,
+                        )
+                        continue
+                tools[name] = built
+        live = {(t.server, self._server_versions[t.server], t.name) for t in tools.values()}
+        self._built = {k: v for k, v in self._built.items() if k in live}
         self._tools = tools
         self._definitions.clear()
         self.version += 1

@@ -17,22 +17,25 @@ here raises except cancellation, which cancels every call in flight.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.config import RetryPolicy
+from sidecar.context.trim import ResultTrimmer
 from sidecar.llm.model import ToolCall
 from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
 from sidecar.tools.breaker import BreakerOpenError
 from sidecar.tools.catalog import ArgumentsInvalid, CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.result_cache import ResultCache
 
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace
@@ -60,6 +63,7 @@ class _Prepared:
     reads: frozenset[str]
     writes: frozenset[str]
     outcome: ToolOutcome | None  # set when the call is settled without running
+    arguments: dict[str, Any] | None = None  # parsed and validated
 
 
 class _Tries:
@@ -85,10 +89,14 @@ class Dispatcher:
     """Runs tool calls against the connected tool servers."""
 
     def __init__(
-        self, catalog: ToolCatalog, connections: Mapping[str, ToolServerConnection]
+        self,
+        catalog: ToolCatalog,
+        connections: Mapping[str, ToolServerConnection],
+        results: ResultCache | None = None,
     ) -> None:
         self._catalog = catalog
         self._connections = connections
+        self.results = results
 
     async def run_step(
         self,
@@ -102,6 +110,7 @@ class Dispatcher:
         approver: Approver | None,
         metadata: Sequence[tuple[str, str]] = (),
         trace: RunTrace | None = None,
+        trim: ResultTrimmer | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -116,6 +125,7 @@ class Dispatcher:
             metadata: gRPC metadata to send with each call (trace context).
             trace: the run's spans, when tracing is on: each call gets a span, and its
                 metadata carries that span's context instead of ``metadata``.
+            trim: cuts each result to what enters the model's context.
         """
         prepared = [self._prepare(call, allowed, clock) for call in calls]
         done = [asyncio.Event() for _ in prepared]
@@ -135,9 +145,11 @@ class Dispatcher:
                     queued = clock.now()
                     for j in waits:
                         await done[j].wait()
-                    outcomes[i] = await self._run(
+                    outcomes[i] = await self._run_or_reuse(
                         step, item, clock, queued, deadline, sink, approver, call_metadata
                     )
+                if trim is not None:
+                    outcomes[i] = _trimmed(outcomes[i], item.tool, trim)  # type: ignore[arg-type]
                 if sink is not None:
                     sink.tool_call_finished(step, outcomes[i])  # type: ignore[arg-type]
             finally:
@@ -194,7 +206,28 @@ class Dispatcher:
                 ),
             )
         reads, writes = tool.resource_keys(arguments)
-        return _Prepared(call, tool, reads, writes, None)
+        return _Prepared(call, tool, reads, writes, None, arguments)
+
+    async def _run_or_reuse(
+        self,
+        step: int,
+        item: _Prepared,
+        clock: Clock,
+        queued: float,
+        deadline: float,
+        sink: EventSink | None,
+        approver: Approver | None,
+        metadata: Sequence[tuple[str, str]],
+    ) -> ToolOutcome:
+        """Run the call, or reuse a cached or in-flight result when its tool allows."""
+
+        def invoke() -> Awaitable[ToolOutcome]:
+            return self._run(step, item, clock, queued, deadline, sink, approver, metadata)
+
+        tool, results = item.tool, self.results
+        if results is None or tool is None or item.arguments is None or not results.caches(tool):
+            return await invoke()
+        return await results.call(tool, item.arguments, item.call, invoke, clock, deadline)
 
     async def _run(
         self,
@@ -395,6 +428,17 @@ def _describe(name: str, exc: _Failed, timeout: float) -> tuple[ToolCallStatus, 
     if code == grpc.StatusCode.NOT_FOUND:
         return ToolCallStatus.UNKNOWN_TOOL, f"tool {name} no longer exists: {exc.details}"
     return ToolCallStatus.ERROR, f"tool {name} failed ({code.name}): {exc.details}"
+
+
+def _trimmed(outcome: ToolOutcome, tool: CatalogTool | None, trim: ResultTrimmer) -> ToolOutcome:
+    """The outcome with its content as it enters the context (a copy: a cached or shared
+    outcome object is never changed)."""
+    ok = outcome.status is ToolCallStatus.OK or outcome.status is ToolCallStatus.CACHED
+    fields = tool.result_fields if tool is not None and ok else {}
+    content = trim.trim(outcome.content, fields, is_error=not ok)
+    if content is outcome.content:
+        return outcome
+    return dataclasses.replace(outcome, content=content)
 
 
 def _conflicts(a: _Prepared, b: _Prepared) -> bool:

@@ -68,6 +68,13 @@ class StageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_KIND_PERSISTENCE: _ClassVar[StageKind]
     STAGE_KIND_OVERHEAD: _ClassVar[StageKind]
 
+class ToolCacheResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CACHE_RESULT_UNSPECIFIED: _ClassVar[ToolCacheResult]
+    TOOL_CACHE_RESULT_HIT: _ClassVar[ToolCacheResult]
+    TOOL_CACHE_RESULT_MISS: _ClassVar[ToolCacheResult]
+    TOOL_CACHE_RESULT_SHARED: _ClassVar[ToolCacheResult]
+
 class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
@@ -118,6 +125,10 @@ STAGE_KIND_MODEL_CALL: StageKind
 STAGE_KIND_TOOL_CALL: StageKind
 STAGE_KIND_PERSISTENCE: StageKind
 STAGE_KIND_OVERHEAD: StageKind
+TOOL_CACHE_RESULT_UNSPECIFIED: ToolCacheResult
+TOOL_CACHE_RESULT_HIT: ToolCacheResult
+TOOL_CACHE_RESULT_MISS: ToolCacheResult
+TOOL_CACHE_RESULT_SHARED: ToolCacheResult
 APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
 APPROVAL_DECISION_APPROVE: ApprovalDecision
 APPROVAL_DECISION_DENY: ApprovalDecision
@@ -174,7 +185,7 @@ class DeleteSessionResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "profile", "labels", "create_time", "update_time", "turns")
+    __slots__ = ("session_id", "profile", "labels", "create_time", "update_time", "turns", "memory", "memory_turns")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,13 +199,17 @@ class Session(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TURNS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     profile: str
     labels: _containers.ScalarMap[str, str]
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     turns: _containers.RepeatedCompositeFieldContainer[Turn]
-    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ...) -> None: ...
+    memory: str
+    memory_turns: int
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., memory: _Optional[str] = ..., memory_turns: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
     __slots__ = ("run_id", "input", "answer", "stop_reason", "start_time", "end_time", "usage")
@@ -451,7 +466,7 @@ class ModelCallTiming(_message.Message):
     def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
-    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed")
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -460,6 +475,8 @@ class ToolCallTiming(_message.Message):
     RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
     BREAKER_REJECTED_FIELD_NUMBER: _ClassVar[int]
     TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_RESULT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SAVED_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     status: ToolCallStatus
     handler_duration: _duration_pb2.Duration
@@ -468,7 +485,9 @@ class ToolCallTiming(_message.Message):
     retry_backoff: _duration_pb2.Duration
     breaker_rejected: bool
     time_allowed: _duration_pb2.Duration
-    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    cache_result: ToolCacheResult
+    cache_saved: _duration_pb2.Duration
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ("session_id", "call_id", "decision", "reason")

@@ -25,35 +25,35 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"]\n\x11ListToolsResponse\x12.\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptor\x12\x18\n\x10tool_set_version\x18\x02 \x01(\t\"\xd1\x02\n\x0eToolDescriptor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x14\n\x0cinput_schema\x18\x03 \x01(\t\x12\x15\n\routput_schema\x18\x04 \x01(\t\x12\x11\n\tread_only\x18\x05 \x01(\x08\x12\x12\n\nidempotent\x18\x06 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x07 \x01(\x08\x12\x19\n\x11requires_approval\x18\x08 \x01(\x08\x12\x11\n\tread_keys\x18\t \x03(\t\x12\x12\n\nwrite_keys\x18\n \x03(\t\x12\x32\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07version\x18\r \x01(\t\"H\n\x0f\x43\x61llToolRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"?\n\x10\x43\x61llToolResponse\x12+\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResult\"C\n\x11StreamToolRequest\x12.\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequest\"\x7f\n\x12StreamToolResponse\x12\x31\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00\x42\x07\n\x05\x65vent\"@\n\x0cToolProgress\x12\x10\n\x08progress\x18\x01 \x01(\x01\x12\r\n\x05total\x18\x02 \x01(\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9c\x01\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x06output\x18\x02 \x01(\tH\x00\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00\x12\x33\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationB\t\n\x07outcome\"J\n\tToolError\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\x8b\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"]\n\x11ListToolsResponse\x12.\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptor\x12\x18\n\x10tool_set_version\x18\x02 \x01(\t\"\xe8\x02\n\x0eToolDescriptor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x14\n\x0cinput_schema\x18\x03 \x01(\t\x12\x15\n\routput_schema\x18\x04 \x01(\t\x12\x11\n\tread_only\x18\x05 \x01(\x08\x12\x12\n\nidempotent\x18\x06 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x07 \x01(\x08\x12\x19\n\x11requires_approval\x18\x08 \x01(\x08\x12\x11\n\tread_keys\x18\t \x03(\t\x12\x12\n\nwrite_keys\x18\n \x03(\t\x12\x32\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07version\x18\r \x01(\t\x12\x15\n\rresult_fields\x18\x0e \x03(\t\"H\n\x0f\x43\x61llToolRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"?\n\x10\x43\x61llToolResponse\x12+\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResult\"C\n\x11StreamToolRequest\x12.\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequest\"\x7f\n\x12StreamToolResponse\x12\x31\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00\x42\x07\n\x05\x65vent\"@\n\x0cToolProgress\x12\x10\n\x08progress\x18\x01 \x01(\x01\x12\r\n\x05total\x18\x02 \x01(\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9c\x01\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x06output\x18\x02 \x01(\tH\x00\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00\x12\x33\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationB\t\n\x07outcome\"J\n\tToolError\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\x8b\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentsidecar.v1.tool_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOOLERRORKIND']._serialized_start=1173
-  _globals['_TOOLERRORKIND']._serialized_end=1424
+  _globals['_TOOLERRORKIND']._serialized_start=1196
+  _globals['_TOOLERRORKIND']._serialized_end=1447
   _globals['_LISTTOOLSREQUEST']._serialized_start=79
   _globals['_LISTTOOLSREQUEST']._serialized_end=97
   _globals['_LISTTOOLSRESPONSE']._serialized_start=99
   _globals['_LISTTOOLSRESPONSE']._serialized_end=192
   _globals['_TOOLDESCRIPTOR']._serialized_start=195
-  _globals['_TOOLDESCRIPTOR']._serialized_end=532
-  _globals['_CALLTOOLREQUEST']._serialized_start=534
-  _globals['_CALLTOOLREQUEST']._serialized_end=606
-  _globals['_CALLTOOLRESPONSE']._serialized_start=608
-  _globals['_CALLTOOLRESPONSE']._serialized_end=671
-  _globals['_STREAMTOOLREQUEST']._serialized_start=673
-  _globals['_STREAMTOOLREQUEST']._serialized_end=740
-  _globals['_STREAMTOOLRESPONSE']._serialized_start=742
-  _globals['_STREAMTOOLRESPONSE']._serialized_end=869
-  _globals['_TOOLPROGRESS']._serialized_start=871
-  _globals['_TOOLPROGRESS']._serialized_end=935
-  _globals['_TOOLRESULT']._serialized_start=938
-  _globals['_TOOLRESULT']._serialized_end=1094
-  _globals['_TOOLERROR']._serialized_start=1096
-  _globals['_TOOLERROR']._serialized_end=1170
-  _globals['_TOOLSERVICE']._serialized_start=1427
-  _globals['_TOOLSERVICE']._serialized_end=1694
+  _globals['_TOOLDESCRIPTOR']._serialized_end=555
+  _globals['_CALLTOOLREQUEST']._serialized_start=557
+  _globals['_CALLTOOLREQUEST']._serialized_end=629
+  _globals['_CALLTOOLRESPONSE']._serialized_start=631
+  _globals['_CALLTOOLRESPONSE']._serialized_end=694
+  _globals['_STREAMTOOLREQUEST']._serialized_start=696
+  _globals['_STREAMTOOLREQUEST']._serialized_end=763
+  _globals['_STREAMTOOLRESPONSE']._serialized_start=765
+  _globals['_STREAMTOOLRESPONSE']._serialized_end=892
+  _globals['_TOOLPROGRESS']._serialized_start=894
+  _globals['_TOOLPROGRESS']._serialized_end=958
+  _globals['_TOOLRESULT']._serialized_start=961
+  _globals['_TOOLRESULT']._serialized_end=1117
+  _globals['_TOOLERROR']._serialized_start=1119
+  _globals['_TOOLERROR']._serialized_end=1193
+  _globals['_TOOLSERVICE']._serialized_start=1450
+  _globals['_TOOLSERVICE']._serialized_end=1717
 # @@protoc_insertion_point(module_scope)

@@ -40,7 +40,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolDescriptor, _Mapping]]] = ..., tool_set_version: _Optional[str] = ...) -> None: ...
 
 class ToolDescriptor(_message.Message):
-    __slots__ = ("name", "description", "input_schema", "output_schema", "read_only", "idempotent", "destructive", "requires_approval", "read_keys", "write_keys", "default_timeout", "cache_ttl", "version")
+    __slots__ = ("name", "description", "input_schema", "output_schema", "read_only", "idempotent", "destructive", "requires_approval", "read_keys", "write_keys", "default_timeout", "cache_ttl", "version", "result_fields")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class ToolDescriptor(_message.Message):
     DEFAULT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     CACHE_TTL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     input_schema: str
@@ -67,7 +68,8 @@ class ToolDescriptor(_message.Message):
     default_timeout: _duration_pb2.Duration
     cache_ttl: _duration_pb2.Duration
     version: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[str] = ..., output_schema: _Optional[str] = ..., read_only: _Optional[bool] = ..., idempotent: _Optional[bool] = ..., destructive: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., read_keys: _Optional[_Iterable[str]] = ..., write_keys: _Optional[_Iterable[str]] = ..., default_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+    result_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[str] = ..., output_schema: _Optional[str] = ..., read_only: _Optional[bool] = ..., idempotent: _Optional[bool] = ..., destructive: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., read_keys: _Optional[_Iterable[str]] = ..., write_keys: _Optional[_Iterable[str]] = ..., default_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., version: _Optional[str] = ..., result_fields: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
     __slots__ = ("call_id", "tool_name", "arguments")

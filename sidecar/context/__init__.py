@@ -1,0 +1,1 @@
+"""The model's input: the history window, tool-result trimming and session memory."""

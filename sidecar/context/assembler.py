@@ -1,0 +1,56 @@
+"""Puts a run's history together: the window over the session's turns, and the memory
+summaries it calls for once the turn is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sidecar.config import ProfileConfig
+from sidecar.context.memory import MemoryKeeper
+from sidecar.context.tokens import tokens_of, tokens_of_size
+from sidecar.context.window import Window, WindowPolicy
+from sidecar.sessions.store import Session
+
+
+class ContextAssembler:
+    """Windows every profile's history; hands dropped turns to the memory keeper.
+
+    Args:
+        profiles: the configured profiles by name.
+        memory: the keeper of session memories, or None to never summarise.
+    """
+
+    def __init__(self, profiles: Mapping[str, ProfileConfig], memory: MemoryKeeper | None) -> None:
+        self._policies = {name: WindowPolicy(p.context) for name, p in profiles.items()}
+        self._limits = {name: p.context.memory_max_chars for name, p in profiles.items()}
+        self.memory = memory
+        # Per profile: the tool list object last seen and its prefix's estimated tokens.
+        # Tool lists are cached per catalog version, so identity says "unchanged".
+        self._prefix: dict[str, tuple[object, int]] = {}
+
+    def window(
+        self,
+        session: Session,
+        profile: str,
+        system_message: dict[str, Any],
+        tools: list[dict[str, Any]],
+        user_input: str,
+    ) -> Window:
+        """The history a run of ``session`` sends with ``user_input``."""
+        cached = self._prefix.get(profile)
+        if cached is None or cached[0] is not tools:
+            cached = (tools, tokens_of([system_message, tools]))
+            self._prefix[profile] = cached
+        return self._policies[profile].build(
+            session.turns,
+            memory=session.memory,
+            memory_turns=session.memory_turns,
+            prefix_tokens=cached[1],
+            input_tokens=tokens_of_size(len(user_input)) + 4,
+        )
+
+    def turn_finished(self, session: Session, profile: str, window: Window) -> None:
+        """Called once the turn is stored: summarise what the window wants dropped."""
+        if window.summarise is not None and self.memory is not None:
+            self.memory.schedule(session, window.summarise, self._limits[profile])

@@ -1,0 +1,46 @@
+"""The session store the configuration asks for."""
+
+from __future__ import annotations
+
+from sidecar.config import SessionsConfig
+from sidecar.sessions.store import MemorySessionStore, SessionStore, SessionStoreError
+
+
+def store_from_config(config: SessionsConfig, *, postgres_dsn: str | None) -> SessionStore:
+    """Build (not open) the configured store.
+
+    Args:
+        config: the ``sessions`` section.
+        postgres_dsn: the resolved connection string, for ``store: postgres``.
+
+    Raises:
+        SessionStoreError: ``store: postgres`` without a connection string.
+    """
+    if config.store == "memory":
+        return MemorySessionStore(idle_ttl=config.idle_ttl)
+    if config.store == "sqlite":
+        from sidecar.sessions.sqlite import SqliteSessionStore
+
+        return SqliteSessionStore(
+            config.sqlite.path,
+            synchronous=config.sqlite.synchronous,
+            idle_ttl=config.idle_ttl,
+            sweep_interval=config.sweep_interval,
+        )
+    if not postgres_dsn:
+        raise SessionStoreError(
+            "sessions.store is postgres but no connection string is set: set "
+            f"sessions.postgres.dsn or the environment variable {config.postgres.dsn_env}"
+        )
+    from sidecar.sessions.postgres import PostgresSessionStore
+
+    pg = config.postgres
+    return PostgresSessionStore(
+        postgres_dsn,
+        pool_size=pg.pool_size,
+        connect_timeout=pg.connect_timeout,
+        lease=pg.lease,
+        replica_id=config.replica_id,
+        idle_ttl=config.idle_ttl,
+        sweep_interval=config.sweep_interval,
+    )

@@ -1,0 +1,363 @@
+"""The shared session store: PostgreSQL, for several sidecar replicas.
+
+Replicas share sessions, so any replica can serve any session's next turn, and the
+*turn started* record is the session's lock across all of them.
+
+Which turns were cut off? Each start record names its owner (the replica's id) and
+carries a lease. The owner renews the leases of its running turns every third of the
+lease; a replica that dies stops renewing. A start record whose lease has run out belongs
+to a dead replica: the first reader (a ``get``, a ``begin_turn`` on that session, or the
+periodic sweep) turns it into an interrupted turn, inside one transaction that holds the
+row. A live replica's running turn is never taken, however long it runs, as long as it
+heartbeats. A replica started with a stable ``replica_id`` also reports its own leftover
+turns as interrupted the moment it starts, without waiting for their leases: a replica
+never runs twice at once under one id (that is the contract of the setting).
+
+Leases are timed by the database's clock, so replicas' clocks need not agree.
+
+Hot path: ``get`` is one query (the session, its turns and its start record, joined),
+``begin_turn`` one insert, ``finish_turn`` one statement whose data-modifying CTEs run in
+one implicit transaction: the turn is all written or not written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import asyncpg
+
+from sidecar.run import Turn
+from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
+from sidecar.sessions.store import (
+    Session,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    SessionStoreError,
+    interrupted_turn,
+)
+from sidecar.sessions.upkeep import Periodic
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# Any constant works; it keeps replicas that start together from racing the DDL.
+_SCHEMA_LOCK = 0x5E5510
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agent_schema (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS agent_sessions (
+    session_id   text PRIMARY KEY,
+    profile      text NOT NULL,
+    labels       bytea NOT NULL,
+    create_time  double precision NOT NULL,
+    update_time  double precision NOT NULL,
+    memory       text NOT NULL DEFAULT '',
+    memory_turns integer NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS agent_sessions_by_update_time ON agent_sessions (update_time);
+CREATE TABLE IF NOT EXISTS agent_turns (
+    id         bigserial PRIMARY KEY,
+    session_id text NOT NULL REFERENCES agent_sessions ON DELETE CASCADE,
+    run_id     text NOT NULL,
+    data       bytea NOT NULL,
+    UNIQUE (session_id, run_id)
+);
+CREATE INDEX IF NOT EXISTS agent_turns_by_session ON agent_turns (session_id, id);
+CREATE TABLE IF NOT EXISTS agent_pending_turns (
+    session_id  text PRIMARY KEY REFERENCES agent_sessions ON DELETE CASCADE,
+    run_id      text NOT NULL,
+    input       text NOT NULL,
+    start_time  double precision NOT NULL,
+    owner       text NOT NULL,
+    lease_until timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_pending_turns_by_owner ON agent_pending_turns (owner);
+"""
+
+_GET = """
+SELECT s.profile, s.labels, s.create_time, s.update_time, s.memory, s.memory_turns,
+       ARRAY(SELECT t.data FROM agent_turns t
+             WHERE t.session_id = s.session_id ORDER BY t.id) AS turns,
+       p.run_id IS NOT NULL AS running, p.lease_until < now() AS lapsed
+FROM agent_sessions s LEFT JOIN agent_pending_turns p ON p.session_id = s.session_id
+WHERE s.session_id = $1
+"""
+_BEGIN = """
+INSERT INTO agent_pending_turns (session_id, run_id, input, start_time, owner, lease_until)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+ON CONFLICT (session_id) DO NOTHING
+RETURNING 1
+"""
+_FINISH = """
+WITH cleared AS (
+    DELETE FROM agent_pending_turns WHERE session_id = $1 AND run_id = $2
+), touched AS (
+    UPDATE agent_sessions SET update_time = $3 WHERE session_id = $1 RETURNING session_id
+)
+INSERT INTO agent_turns (session_id, run_id, data)
+SELECT session_id, $2, $4 FROM touched
+ON CONFLICT (session_id, run_id) DO UPDATE SET data = EXCLUDED.data
+"""
+_UPSERT_TURN = """
+INSERT INTO agent_turns (session_id, run_id, data) VALUES ($1, $2, $3)
+ON CONFLICT (session_id, run_id) DO UPDATE SET data = EXCLUDED.data
+"""
+_RENEW = """
+UPDATE agent_pending_turns SET lease_until = now() + make_interval(secs => $2)
+WHERE owner = $1 AND run_id = ANY($3::text[])
+"""
+_EXPIRE_ONE = """
+DELETE FROM agent_sessions s WHERE s.session_id = $1 AND s.update_time < $2
+AND NOT EXISTS (SELECT 1 FROM agent_pending_turns p WHERE p.session_id = s.session_id)
+"""
+_EXPIRE_ALL = """
+DELETE FROM agent_sessions s WHERE s.update_time < $1
+AND NOT EXISTS (SELECT 1 FROM agent_pending_turns p WHERE p.session_id = s.session_id)
+"""
+
+
+class PostgresSessionStore:
+    """Sessions in PostgreSQL, shared by replicas.
+
+    Args:
+        dsn: the connection string.
+        pool_size: connections kept open.
+        connect_timeout: seconds to wait for the server at :meth:`open`.
+        lease: seconds a running turn stays claimed without a heartbeat.
+        replica_id: this replica's stable name, or None for a random one per start.
+        idle_ttl: seconds after its last turn a session expires; None: never.
+        sweep_interval: seconds between sweeps (expired sessions, lapsed leases).
+        clock: wall-clock time source for session times, seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        lease: float = 15.0,
+        replica_id: str | None = None,
+        idle_ttl: float | None = None,
+        sweep_interval: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.dsn = dsn
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self.lease = lease
+        self.owner = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
+        self._stable_owner = replica_id is not None
+        self._idle_ttl = idle_ttl
+        self._clock = clock
+        self._pool: asyncpg.Pool | None = None
+        # Runs whose start records this process holds. Only these are renewed: a record
+        # whose turn could not be stored lapses, and is then reported as interrupted.
+        self._held: set[str] = set()
+        self._heartbeat = Periodic("session-leases", lease / 3, self.renew_leases)
+        self._sweeper = Periodic("session-sweep", sweep_interval, self.sweep)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The connection pool, for other users of the same database (the result cache)."""
+        if self._pool is None:
+            raise SessionStoreError("the PostgreSQL session store is not open")
+        return self._pool
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                self._pool = await asyncpg.create_pool(
+                    self.dsn, min_size=1, max_size=self._pool_size
+                )
+        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+            raise SessionStoreError(
+                f"cannot reach the PostgreSQL session store within "
+                f"{self._connect_timeout:g}s: {exc or type(exc).__name__}; check "
+                "sessions.postgres.dsn (or the variable named by sessions.postgres.dsn_env)"
+            ) from None
+        try:
+            await self._create_schema()
+            if self._stable_owner:
+                await self._interrupt_where("owner = $1", self.owner)
+        except BaseException:
+            await self.close()
+            raise
+        self._heartbeat.start()
+        self._sweeper.start()
+
+    async def _create_schema(self) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+            await conn.execute(_SCHEMA)
+            version = await conn.fetchval("SELECT max(version) FROM agent_schema")
+            if version is None:
+                await conn.execute("INSERT INTO agent_schema VALUES ($1)", SCHEMA_VERSION)
+            elif version > SCHEMA_VERSION:
+                raise SessionStoreError(
+                    f"the PostgreSQL session store was written by a newer sidecar "
+                    f"(schema {version}, this one knows {SCHEMA_VERSION})"
+                )
+
+    async def close(self) -> None:
+        await self._heartbeat.stop()
+        await self._sweeper.stop()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
+        now = self._clock()
+        session = Session(session_id or uuid.uuid4().hex, profile, dict(labels), now, now)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._expire(conn, session.session_id)
+            try:
+                await conn.execute(
+                    "INSERT INTO agent_sessions"
+                    " (session_id, profile, labels, create_time, update_time)"
+                    " VALUES ($1, $2, $3, $4, $4)",
+                    session.session_id,
+                    profile,
+                    encode_labels(session.labels),
+                    now,
+                )
+            except asyncpg.UniqueViolationError:
+                raise SessionExists(session.session_id) from None
+        return session
+
+    async def get(self, session_id: str) -> Session | None:
+        row = await self.pool.fetchrow(_GET, session_id)
+        if row is None:
+            return None
+        if row["lapsed"]:
+            # A dead replica's turn: report it as interrupted, then read again.
+            await self._interrupt_where("session_id = $1 AND lease_until < now()", session_id)
+            row = await self.pool.fetchrow(_GET, session_id)
+            if row is None:
+                return None
+        if (
+            self._idle_ttl is not None
+            and not row["running"]
+            and row["update_time"] < self._clock() - self._idle_ttl
+        ):
+            async with self.pool.acquire() as conn:
+                if await self._expire(conn, session_id):
+                    return None
+        return Session(
+            session_id,
+            row["profile"],
+            decode_labels(row["labels"]),
+            row["create_time"],
+            row["update_time"],
+            [decode_turn(data) for data in row["turns"]],
+            row["memory"],
+            row["memory_turns"],
+        )
+
+    async def _expire(self, conn: Any, session_id: str) -> bool:
+        if self._idle_ttl is None:
+            return False
+        status = await conn.execute(_EXPIRE_ONE, session_id, self._clock() - self._idle_ttl)
+        return bool(status != "DELETE 0")
+
+    async def delete(self, session_id: str) -> bool:
+        status = await self.pool.execute(
+            "DELETE FROM agent_sessions WHERE session_id = $1", session_id
+        )
+        return bool(status != "DELETE 0")
+
+    # -- turns --------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        args = (session_id, run_id, user_input, start_time, self.owner, self.lease)
+        try:
+            claimed = await self.pool.fetchval(_BEGIN, *args)
+            if claimed is None:
+                # Another start record holds the session: take it only if its lease ran out.
+                await self._interrupt_where(
+                    "session_id = $1 AND lease_until < now()", session_id, then_begin=args
+                )
+        except asyncpg.ForeignKeyViolationError:
+            raise SessionNotFound(session_id) from None
+        self._held.add(run_id)
+
+    async def finish_turn(self, session_id: str, turn: Turn) -> None:
+        data = encode_turn(turn)
+        try:
+            await self.pool.execute(_FINISH, session_id, turn.run_id, turn.end_time, data)
+        finally:
+            self._held.discard(turn.run_id)
+
+    async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        status = await self.pool.execute(
+            "UPDATE agent_sessions SET memory = $2, memory_turns = $3"
+            " WHERE session_id = $1 AND memory_turns < $3",
+            session_id,
+            memory,
+            memory_turns,
+        )
+        return bool(status != "UPDATE 0")
+
+    async def _interrupt_where(
+        self, condition: str, *args: Any, then_begin: tuple[Any, ...] | None = None
+    ) -> int:
+        """Turn the start records matching ``condition`` into interrupted turns, in one
+        transaction holding their rows; with ``then_begin``, claim the session after.
+
+        Raises:
+            SessionBusy: ``then_begin`` was given and the session's claim is still live.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT session_id, run_id, input, start_time FROM agent_pending_turns"
+                f" WHERE {condition} FOR UPDATE SKIP LOCKED",
+                *args,
+            )
+            now = self._clock()
+            for row in rows:
+                turn = interrupted_turn(row["run_id"], row["input"], row["start_time"], now)
+                await conn.execute(_UPSERT_TURN, row["session_id"], turn.run_id, encode_turn(turn))
+                await conn.execute(
+                    "UPDATE agent_sessions SET update_time = $2 WHERE session_id = $1",
+                    row["session_id"],
+                    now,
+                )
+                await conn.execute(
+                    "DELETE FROM agent_pending_turns WHERE session_id = $1 AND run_id = $2",
+                    row["session_id"],
+                    row["run_id"],
+                )
+            if rows:
+                log.warning(
+                    "%d turn(s) of a dead process reported as interrupted: %s",
+                    len(rows),
+                    ", ".join(f"{r['session_id']}/{r['run_id']}" for r in rows),
+                )
+            if then_begin is not None:
+                if await conn.fetchval(_BEGIN, *then_begin) is None:
+                    raise SessionBusy(then_begin[0])
+        return len(rows)
+
+    # -- upkeep -------------------------------------------------------------------------
+
+    async def renew_leases(self) -> None:
+        """Extend the leases of this replica's running turns (the heartbeat)."""
+        if self._held:
+            await self.pool.execute(_RENEW, self.owner, self.lease, list(self._held))
+
+    async def sweep(self) -> None:
+        """Report lapsed turns of dead replicas as interrupted; delete expired sessions."""
+        await self._interrupt_where("lease_until < now()")
+        if self._idle_ttl is not None:
+            await self.pool.execute(_EXPIRE_ALL, self._clock() - self._idle_ttl)

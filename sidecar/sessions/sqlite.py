@@ -1,0 +1,358 @@
+"""The embedded session store: one SQLite file in WAL mode, used by one sidecar process.
+
+Every operation is one hop to a dedicated thread that owns the connection and runs the
+whole operation there (a turn's write is one transaction in one hop), so the event loop
+never waits on SQLite and never pays a hop per statement.
+
+One process per file: a lock file (``PATH.lock``, ``flock``) keeps a second sidecar out.
+So at start every *turn started* record left in the file belongs to a process that died
+(killed, or its machine lost), and each becomes an interrupted turn before the store
+serves anything. The kernel releases the lock when a process dies, however it dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sidecar.run import Turn
+from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
+from sidecar.sessions.store import (
+    Session,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    SessionStoreError,
+    interrupted_turn,
+)
+from sidecar.sessions.upkeep import Periodic
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE sessions (
+    session_id   TEXT PRIMARY KEY,
+    profile      TEXT NOT NULL,
+    labels       BLOB NOT NULL,
+    create_time  REAL NOT NULL,
+    update_time  REAL NOT NULL,
+    memory       TEXT NOT NULL DEFAULT '',
+    memory_turns INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_by_update_time ON sessions (update_time);
+CREATE TABLE turns (
+    id         INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+    run_id     TEXT NOT NULL,
+    data       BLOB NOT NULL,
+    UNIQUE (session_id, run_id)
+);
+CREATE INDEX turns_by_session ON turns (session_id, id);
+CREATE TABLE pending_turns (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (session_id) ON DELETE CASCADE,
+    run_id     TEXT NOT NULL,
+    input      TEXT NOT NULL,
+    start_time REAL NOT NULL
+);
+"""
+
+
+class SqliteSessionStore:
+    """Sessions in one SQLite file.
+
+    Args:
+        path: the database file; created with its directory when missing.
+        synchronous: ``normal`` (a finished turn survives the process dying) or ``full``
+            (it also survives power loss, at an fsync per turn).
+        idle_ttl: seconds after its last turn a session expires; None: never.
+        sweep_interval: seconds between sweeps that delete expired sessions.
+        clock: wall-clock time source, seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "normal",
+        idle_ttl: float | None = None,
+        sweep_interval: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous.upper()
+        self._idle_ttl = idle_ttl
+        self._clock = clock
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._sweeper = Periodic("session-expiry", sweep_interval, self.sweep)
+
+    # -- the thread that owns the connection --------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise SessionStoreError(f"the session store {self.path} is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _conn(self) -> sqlite3.Connection:
+        assert self._db is not None
+        return self._db
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise SessionStoreError(
+                f"the session store {self.path} is in use by another sidecar process; "
+                "give each process its own sessions.sqlite.path, or share sessions "
+                "through sessions.store: postgres"
+            ) from None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-sessions")
+        try:
+            await self._call(self._open_sync)
+        except BaseException:
+            await self.close()
+            raise
+        if self._idle_ttl is not None:
+            self._sweeper.start()
+
+    def _open_sync(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise SessionStoreError(f"cannot open the session store {self.path}: {exc}") from None
+        self._db = db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={self._synchronous}")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA busy_timeout=5000")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            db.executescript(
+                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+            )
+        elif version > SCHEMA_VERSION:
+            raise SessionStoreError(
+                f"the session store {self.path} was written by a newer sidecar "
+                f"(schema {version}, this one knows {SCHEMA_VERSION})"
+            )
+        self._interrupt_all_sync()
+
+    def _interrupt_all_sync(self) -> None:
+        # The lock says no other process is alive on this file: every start record left
+        # behind belongs to a run that was cut off.
+        db = self._conn()
+        now = self._clock()
+        with _transaction(db):
+            rows = db.execute(
+                "SELECT session_id, run_id, input, start_time FROM pending_turns"
+            ).fetchall()
+            for session_id, run_id, user_input, start in rows:
+                turn = interrupted_turn(run_id, user_input, start, now)
+                _upsert_turn(db, session_id, turn)
+                db.execute(
+                    "UPDATE sessions SET update_time = ? WHERE session_id = ?", (now, session_id)
+                )
+            db.execute("DELETE FROM pending_turns")
+        if rows:
+            log.warning(
+                "%d turn(s) cut off when the last process died reported as interrupted: %s",
+                len(rows),
+                ", ".join(f"{session_id}/{run_id}" for session_id, run_id, _, _ in rows),
+            )
+
+    async def close(self) -> None:
+        await self._sweeper.stop()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            if self._db is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, self._db.close)
+                self._db = None
+            executor.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
+        session = Session(
+            session_id or uuid.uuid4().hex, profile, dict(labels), self._clock(), self._clock()
+        )
+        await self._call(self._create_sync, session)
+        return session
+
+    def _create_sync(self, s: Session) -> None:
+        db = self._conn()
+        with _transaction(db):
+            self._expire_sync(s.session_id)
+            try:
+                db.execute(
+                    "INSERT INTO sessions (session_id, profile, labels, create_time, update_time)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (
+                        s.session_id,
+                        s.profile,
+                        encode_labels(s.labels),
+                        s.create_time,
+                        s.create_time,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise SessionExists(s.session_id) from None
+
+    async def get(self, session_id: str) -> Session | None:
+        return await self._call(self._get_sync, session_id)
+
+    def _get_sync(self, session_id: str) -> Session | None:
+        db = self._conn()
+        with _transaction(db):
+            if self._expire_sync(session_id):
+                return None
+            row = db.execute(
+                "SELECT profile, labels, create_time, update_time, memory, memory_turns"
+                " FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            turns = db.execute(
+                "SELECT data FROM turns WHERE session_id = ? ORDER BY id", (session_id,)
+            ).fetchall()
+        profile, labels, created, updated, memory, memory_turns = row
+        return Session(
+            session_id,
+            profile,
+            decode_labels(labels),
+            created,
+            updated,
+            [decode_turn(data) for (data,) in turns],
+            memory,
+            memory_turns,
+        )
+
+    def _expire_sync(self, session_id: str) -> bool:
+        """Delete the session when it has expired (inside the caller's transaction)."""
+        if self._idle_ttl is None:
+            return False
+        cursor = self._conn().execute(
+            "DELETE FROM sessions WHERE session_id = ? AND update_time < ?"
+            " AND session_id NOT IN (SELECT session_id FROM pending_turns)",
+            (session_id, self._clock() - self._idle_ttl),
+        )
+        return cursor.rowcount > 0
+
+    async def delete(self, session_id: str) -> bool:
+        return await self._call(self._delete_sync, session_id)
+
+    def _delete_sync(self, session_id: str) -> bool:
+        cursor = self._conn().execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        return cursor.rowcount > 0
+
+    async def sweep(self) -> int:
+        """Delete every expired session; return how many."""
+        if self._idle_ttl is None:
+            return 0
+        return await self._call(self._sweep_sync, self._clock() - self._idle_ttl)
+
+    def _sweep_sync(self, cutoff: float) -> int:
+        cursor = self._conn().execute(
+            "DELETE FROM sessions WHERE update_time < ?"
+            " AND session_id NOT IN (SELECT session_id FROM pending_turns)",
+            (cutoff,),
+        )
+        return cursor.rowcount
+
+    # -- turns --------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        await self._call(self._begin_sync, session_id, run_id, user_input, start_time)
+
+    def _begin_sync(self, session_id: str, run_id: str, user_input: str, start: float) -> None:
+        db = self._conn()
+        try:
+            db.execute(
+                "INSERT INTO pending_turns (session_id, run_id, input, start_time)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, run_id, user_input, start),
+            )
+        except sqlite3.IntegrityError as exc:
+            if "FOREIGN KEY" in str(exc):
+                raise SessionNotFound(session_id) from None
+            raise SessionBusy(session_id) from None
+
+    async def finish_turn(self, session_id: str, turn: Turn) -> None:
+        data = encode_turn(turn)  # serialised here, not on the store's thread
+        await self._call(self._finish_sync, session_id, turn, data)
+
+    def _finish_sync(self, session_id: str, turn: Turn, data: bytes) -> None:
+        db = self._conn()
+        with _transaction(db):
+            db.execute(
+                "DELETE FROM pending_turns WHERE session_id = ? AND run_id = ?",
+                (session_id, turn.run_id),
+            )
+            touched = db.execute(
+                "UPDATE sessions SET update_time = ? WHERE session_id = ?",
+                (turn.end_time, session_id),
+            )
+            if touched.rowcount:
+                _upsert_turn(db, session_id, turn, data)
+
+    async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        return await self._call(self._set_memory_sync, session_id, memory, memory_turns)
+
+    def _set_memory_sync(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        cursor = self._conn().execute(
+            "UPDATE sessions SET memory = ?, memory_turns = ?"
+            " WHERE session_id = ? AND memory_turns < ?",
+            (memory, memory_turns, session_id, memory_turns),
+        )
+        return cursor.rowcount > 0
+
+
+def _upsert_turn(
+    db: sqlite3.Connection, session_id: str, turn: Turn, data: bytes | None = None
+) -> None:
+    # A run's turn is written once; the upsert only matters when a turn reported as
+    # interrupted finishes after all, which then replaces the report in place.
+    db.execute(
+        "INSERT INTO turns (session_id, run_id, data) VALUES (?, ?, ?)"
+        " ON CONFLICT (session_id, run_id) DO UPDATE SET data = excluded.data",
+        (session_id, turn.run_id, data if data is not None else encode_turn(turn)),
+    )
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception; nested use is a no-op."""
+    if db.in_transaction:
+        yield
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.rollback()
+        raise
+    db.execute("COMMIT")

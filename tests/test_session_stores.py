@@ -1,0 +1,287 @@
+"""The session-store contract, run against every store: memory, SQLite and PostgreSQL.
+
+The SQLite and PostgreSQL stores run against real databases (a file under the test's
+temporary directory; the private PostgreSQL server from ``conftest.py``). What only a
+shared store can do (replicas, leases) is tested against PostgreSQL alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from pg import PostgresServer, create_database, drop_database
+from stack import eventually
+
+from sidecar.llm.model import Usage
+from sidecar.run import StopReason, Turn
+from sidecar.sessions.postgres import PostgresSessionStore
+from sidecar.sessions.sqlite import SqliteSessionStore
+from sidecar.sessions.store import (
+    MemorySessionStore,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    SessionStore,
+    SessionStoreError,
+)
+
+ALL = ["memory", "sqlite", "postgres"]
+DURABLE = ["sqlite", "postgres"]
+
+
+class FakeClock:
+    """Wall-clock time the test moves by hand, for expiry."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+OpenStore = Callable[..., Awaitable[SessionStore]]
+
+
+@pytest.fixture
+async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenStore]:
+    """Opens stores of the parametrized kind over one shared backing database."""
+    kind = request.param
+    opened: list[SessionStore] = []
+    server: PostgresServer | None = None
+    dsn = ""
+    if kind == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        dsn = await create_database(server)
+
+    async def open_(**options: Any) -> SessionStore:
+        store: SessionStore
+        if kind == "memory":
+            options.pop("lease", None)
+            options.pop("replica_id", None)
+            store = MemorySessionStore(**options)
+        elif kind == "sqlite":
+            options.pop("lease", None)
+            options.pop("replica_id", None)
+            store = SqliteSessionStore(tmp_path / "sessions.db", **options)
+        else:
+            store = PostgresSessionStore(dsn, **options)
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        await store.close()
+    if server is not None:
+        await drop_database(server, dsn)
+
+
+def _turn(run_id: str, text: str, *, end: float = 1_800_000_001.0) -> Turn:
+    return Turn(
+        run_id=run_id,
+        input=text,
+        answer=f"answer to {text}",
+        stop_reason=StopReason.ANSWERED,
+        start_time=end - 1,
+        end_time=end,
+        usage=Usage(10, 5, 2),
+        messages=[
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": f"answer to {text}"},
+        ],
+    )
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_created_session_is_read_back_with_its_profile_and_labels(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    created = await store.create("default", "", {"team": "pre-sales"})
+    assert created.session_id
+    loaded = await store.get(created.session_id)
+    assert loaded is not None
+    assert (loaded.profile, loaded.labels, loaded.turns) == ("default", {"team": "pre-sales"}, [])
+    assert await store.get("nope") is None
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_creating_a_session_whose_id_is_taken_fails(open_store: OpenStore) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    with pytest.raises(SessionExists):
+        await store.create("default", "s1", {})
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_finished_turn_is_stored_whole_with_the_messages_it_added(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    for i in range(3):
+        await store.begin_turn("s1", f"r{i}", f"question {i}", 1.0)
+        await store.finish_turn("s1", _turn(f"r{i}", f"question {i}", end=1_800_000_010.0 + i))
+    session = await store.get("s1")
+    assert session is not None
+    assert [t.run_id for t in session.turns] == ["r0", "r1", "r2"]
+    first = session.turns[0]
+    assert first.answer == "answer to question 0" and first.usage == Usage(10, 5, 2)
+    assert first.stop_reason is StopReason.ANSWERED
+    assert [m["content"] for m in session.messages][:2] == ["question 0", "answer to question 0"]
+    assert session.update_time == 1_800_000_012.0
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_session_holds_one_running_turn_at_a_time(open_store: OpenStore) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    await store.begin_turn("s1", "r1", "first", 1.0)
+    with pytest.raises(SessionBusy):
+        await store.begin_turn("s1", "r2", "second", 2.0)
+    await store.finish_turn("s1", _turn("r1", "first"))
+    await store.begin_turn("s1", "r2", "second", 2.0)
+    with pytest.raises(SessionNotFound):
+        await store.begin_turn("ghost", "r3", "third", 3.0)
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_deleted_session_stays_deleted_when_its_running_turn_finishes(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    await store.begin_turn("s1", "r1", "first", 1.0)
+    assert await store.delete("s1")
+    await store.finish_turn("s1", _turn("r1", "first"))
+    assert await store.get("s1") is None
+    assert not await store.delete("s1")
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_an_idle_session_expires_after_the_configured_time(open_store: OpenStore) -> None:
+    clock = FakeClock()
+    store = await open_store(idle_ttl=60.0, clock=clock)
+    await store.create("default", "idle", {})
+    await store.create("default", "busy", {})
+    await store.begin_turn("busy", "r1", "a long turn", clock.now)
+    clock.now += 59
+    assert await store.get("idle") is not None
+    clock.now += 2
+    assert await store.get("idle") is None
+    # A running turn keeps its session alive, however long it runs.
+    assert await store.get("busy") is not None
+    await store.finish_turn("busy", _turn("r1", "a long turn", end=clock.now))
+    clock.now += 61
+    assert await store.get("busy") is None
+    # An expired id can be used again.
+    await store.create("default", "idle", {})
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_memory_only_ever_moves_forward(open_store: OpenStore) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    assert await store.set_memory("s1", "the user likes tea", 4)
+    assert not await store.set_memory("s1", "an older summary", 2)
+    session = await store.get("s1")
+    assert session is not None
+    assert (session.memory, session.memory_turns) == ("the user likes tea", 4)
+
+
+@pytest.mark.parametrize("open_store", DURABLE, indirect=True)
+async def test_after_a_restart_finished_turns_are_there_and_a_cut_off_turn_is_interrupted(
+    open_store: OpenStore,
+) -> None:
+    first = await open_store(replica_id="replica-a")
+    await first.create("default", "s1", {"k": "v"})
+    await first.begin_turn("s1", "r1", "finished", 1.0)
+    await first.finish_turn("s1", _turn("r1", "finished"))
+    await first.begin_turn("s1", "r2", "cut off", 2.0)
+    await first.close()  # the process is gone without finishing r2
+
+    second = await open_store(replica_id="replica-a")
+    session = await second.get("s1")
+    assert session is not None
+    assert [(t.run_id, t.stop_reason) for t in session.turns] == [
+        ("r1", StopReason.ANSWERED),
+        ("r2", StopReason.INTERRUPTED),
+    ]
+    assert session.turns[1].input == "cut off" and not session.turns[1].messages
+    assert session.labels == {"k": "v"}
+    # The session is free again.
+    await second.begin_turn("s1", "r3", "next", 3.0)
+
+
+@pytest.mark.parametrize("open_store", ["sqlite"], indirect=True)
+async def test_a_second_process_cannot_open_the_same_sqlite_file(open_store: OpenStore) -> None:
+    await open_store()
+    with pytest.raises(SessionStoreError, match="in use by another sidecar"):
+        await open_store()
+
+
+@pytest.mark.parametrize("open_store", ["postgres"], indirect=True)
+async def test_a_live_replicas_running_turn_is_never_taken_but_a_dead_ones_is_after_its_lease(
+    open_store: OpenStore,
+) -> None:
+    alive = await open_store(lease=0.3)
+    other = await open_store(lease=0.3)
+    await alive.create("default", "s1", {})
+    await alive.begin_turn("s1", "r1", "long turn", 1.0)
+    assert isinstance(alive, PostgresSessionStore)
+    db = await asyncpg.connect(alive.dsn)
+    try:
+        claimed = await db.fetchval("SELECT lease_until FROM agent_pending_turns")
+
+        async def renewed_twice() -> bool:
+            lease = await db.fetchval("SELECT lease_until FROM agent_pending_turns")
+            return bool((lease - claimed).total_seconds() >= 0.3)
+
+        # Well past the first lease: the heartbeat kept the claim alive.
+        await eventually(renewed_twice)
+        session = await other.get("s1")
+        assert session is not None and session.turns == []
+        with pytest.raises(SessionBusy):
+            await other.begin_turn("s1", "r2", "steal", 2.0)
+
+        await alive.close()  # dies: no more heartbeats
+
+        async def reported() -> bool:
+            session = await other.get("s1")
+            return session is not None and len(session.turns) == 1
+
+        await eventually(reported)
+        session = await other.get("s1")
+        assert session is not None
+        assert session.turns[0].stop_reason is StopReason.INTERRUPTED
+        assert await db.fetchval("SELECT count(*) FROM agent_pending_turns") == 0
+    finally:
+        await db.close()
+    await other.begin_turn("s1", "r2", "next", 2.0)
+
+
+@pytest.mark.parametrize("open_store", ["postgres"], indirect=True)
+async def test_a_turn_reported_as_interrupted_is_replaced_if_its_run_finishes_after_all(
+    open_store: OpenStore,
+) -> None:
+    stalled = await open_store(lease=0.2)
+    reader = await open_store(lease=0.2)
+    await stalled.create("default", "s1", {})
+    await stalled.begin_turn("s1", "r1", "slow", 1.0)
+    await stalled.renew_leases()
+    await stalled.close()  # silent for longer than its lease, as if stalled
+
+    async def reported() -> bool:
+        session = await reader.get("s1")
+        return session is not None and len(session.turns) == 1
+
+    await eventually(reported)
+    # The stalled replica comes back and finishes: its answer replaces the report.
+    await reader.finish_turn("s1", _turn("r1", "slow"))
+    session = await reader.get("s1")
+    assert session is not None
+    assert [(t.run_id, t.stop_reason) for t in session.turns] == [("r1", StopReason.ANSWERED)]
