@@ -145,10 +145,10 @@ def sidecar(
         "tool_servers": [{"name": n, "address": p.address} for n, p in tools.items()],
     }
     config.update(sections)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(config, f)
-    try:
-        with running(["-m", "sidecar.cli", "serve", "--config", f.name], source) as proc:
+    with tempfile.TemporaryDirectory() as workdir:
+        # Each sidecar gets a session store of its own: a SQLite file takes one process.
+        config.setdefault("sessions", {"sqlite": {"path": f"{workdir}/sessions.db"}})
+        path = Path(workdir) / "sidecar.yaml"
+        path.write_text(yaml.safe_dump(config))
+        with running(["-m", "sidecar.cli", "serve", "--config", str(path)], source) as proc:
             yield proc
-    finally:
-        os.unlink(f.name)

@@ -1,6 +1,6 @@
 """Per-turn latency and prompt size over a 50-turn session, with the context window on and off.
 
-Run from the repository root: ``python bench/context_window.py`` (or ``make bench``).
+Run from the repository root: ``python bench/context_window.py`` (or ``make bench-context``).
 
 Everything is a real process on 127.0.0.1: the LLM simulator (not a model) with a little
 latency — 20 ms to the first token, plus 2 ms per 1,000 prompt tokens not served from its

@@ -85,18 +85,28 @@ def shop(tool_ms: dict[str, float]) -> Server:
 
 
 def sidecar(
-    sim: Server, tools: list[tuple[str, Server]], workdir: Path, transport: str = "direct"
+    sim: Server,
+    tools: list[tuple[str, Server]],
+    workdir: Path,
+    transport: str = "direct",
+    store: str = "sqlite",
 ) -> Server:
-    config: dict[str, Any] = {
-        "server": {"port": 0},
-        "model": {
-            "base_url": f"http://{sim.address}/openai/v1",
-            "model": "bench-model",
-            "transport": transport,
-        },
-        "tool_servers": [{"name": name, "address": s.address} for name, s in tools],
-    }
+    """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
+    gets a SQLite file of its own in ``workdir``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
+        sessions: dict[str, Any] = {"store": store}
+        if store == "sqlite":
+            sessions["sqlite"] = {"path": str(Path(config_file.name).with_suffix(".db"))}
+        config: dict[str, Any] = {
+            "server": {"port": 0},
+            "model": {
+                "base_url": f"http://{sim.address}/openai/v1",
+                "model": "bench-model",
+                "transport": transport,
+            },
+            "tool_servers": [{"name": name, "address": s.address} for name, s in tools],
+            "sessions": sessions,
+        }
         yaml.safe_dump(config, config_file)
     return Server("-m", "sidecar.cli", "serve", "--config", config_file.name)
 

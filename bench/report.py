@@ -9,6 +9,7 @@ from bench.stats import median, percentile
 
 LABELS = {
     "sidecar": "agent-sidecar (gRPC, tools in separate processes)",
+    "sidecar_memory": "agent-sidecar, sessions in memory instead of SQLite",
     "sidecar_sdk": "agent-sidecar, model requests through openai.AsyncOpenAI",
     "floor": "floor: hand-written asyncio + aiohttp, tools in-process",
     "textbook": "textbook loop: sync openai, tools one after another",
@@ -190,11 +191,13 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "**Contenders.** The sidecar is called over gRPC by a client process; it calls the "
         "simulator over HTTP and every tool over gRPC in a separate tool-server process. "
         "Every peer runs its tools in-process. CPU is the contender's own process (for the "
-        "sidecar, the sidecar process; its client's CPU is shown apart). The second sidecar "
-        "row sends its model requests through `openai.AsyncOpenAI` (`model.transport: sdk`, "
-        "raw bytes in and out) instead of straight through aiohttp (the default): the "
-        "difference is what keeping the SDK's plumbing off the hot path saves. The textbook "
-        "loop uses the SDK's full `chat.completions.create`.",
+        "sidecar, the sidecar process; its client's CPU is shown apart). The first sidecar "
+        "row is the default configuration: every turn is stored durably in SQLite. The "
+        "second keeps sessions in memory, as every peer does: the difference is what "
+        "durability costs. The third sends its model requests through `openai.AsyncOpenAI` "
+        "(`model.transport: sdk`, raw bytes in and out) instead of straight through aiohttp: "
+        "the difference is what keeping the SDK's plumbing off the hot path saves. The "
+        "textbook loop uses the SDK's full `chat.completions.create`.",
         "",
         "## Targets",
         "",

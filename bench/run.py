@@ -39,6 +39,7 @@ from bench.workload import REALISTIC, ZERO
 
 CONTENDERS = (
     "sidecar",
+    "sidecar_memory",
     "sidecar_sdk",
     "floor",
     "textbook",
@@ -73,13 +74,24 @@ class Stack:
             "zero": processes.shop(ZERO.tool_ms),
             "realistic": processes.shop(REALISTIC.tool_ms),
         }
-        # One sidecar per mode and model transport: "sidecar" sends model requests
-        # straight through aiohttp (the default), "sidecar_sdk" through openai.AsyncOpenAI.
+        # One sidecar per mode and variant: "sidecar" is the default configuration (model
+        # requests straight through aiohttp, sessions in SQLite); "sidecar_memory" keeps
+        # sessions in memory (what durability costs); "sidecar_sdk" sends model requests
+        # through openai.AsyncOpenAI (what the direct transport saves).
+        variants = {
+            "sidecar": ("direct", "sqlite"),
+            "sidecar_memory": ("direct", "memory"),
+            "sidecar_sdk": ("sdk", "sqlite"),
+        }
         self.sidecars = {
             (name, mode): processes.sidecar(
-                self.sims[mode], [("shop", self.shops[mode])], workdir, transport=transport
+                self.sims[mode],
+                [("shop", self.shops[mode])],
+                workdir,
+                transport=transport,
+                store=store,
             )
-            for name, transport in (("sidecar", "direct"), ("sidecar_sdk", "sdk"))
+            for name, (transport, store) in variants.items()
             for mode in self.sims
         }
         self.workers = {

@@ -257,9 +257,11 @@ async def test_malformed_tool_arguments_from_the_model_come_back_to_it_as_tool_e
     tally = await _burst(client, BURST)
     assert tally.lost == 0, tally.summary()
     # The arguments never reach the tool server; the model sees why, and answers. (A
-    # run that got through step 1 first may take a later run's fault in its step 2.)
+    # run that got through step 1 first may take a later run's fault in its step 2, and
+    # then, asking for tools again, reach its step limit: a clear outcome too.)
     assert tally.degraded > 0
-    assert _reasons(tally, Verdict.DEGRADED) == {"tool error"}
+    reasons = _reasons(tally, Verdict.DEGRADED)
+    assert "tool error" in reasons and reasons <= {"tool error", "max_steps"}, reasons
 
 
 async def test_sigterm_under_load_lets_in_flight_runs_finish_and_refuses_new_ones(
