@@ -31,6 +31,10 @@ from sidecar.config import BudgetConfig
 
 __all__ = ["BudgetOverrun", "BudgetPolicy", "BudgetStage", "RunBudget"]
 
+# Event loops fire a timer up to their clock's resolution early (uvloop rounds to whole
+# milliseconds), so a call cut off at its budget can be seen to have spent a hair less.
+_TIMER_SLACK = 0.002
+
 
 class BudgetStage(enum.IntEnum):
     """A part of a run that a budget applies to (``agentsidecar.v1.BudgetStage``)."""
@@ -151,7 +155,7 @@ class RunBudget:
                 spent = self.tools_spent
             else:
                 spent = max(0.0, elapsed - self.model_spent - self.tools_spent)
-            if spent >= budget:
+            if spent >= budget - _TIMER_SLACK:
                 self._reported.add(stage)
                 found.append(BudgetOverrun(stage, budget, spent, self.policy, step))
         return found

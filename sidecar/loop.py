@@ -459,8 +459,9 @@ class _Run:
     ) -> RunResultWithMessages:
         if self.budget is not None and (over := await self._over_budget(self.steps, history_kept)):
             return over
+        # Timers may fire up to a couple of milliseconds early (see budget._TIMER_SLACK).
         if exc.code in ("deadline_exceeded", "model_timeout") and time.monotonic() >= (
-            self.deadline - 0.001
+            self.deadline - 0.002
         ):
             reason = StopReason.BUDGET_EXHAUSTED
         else:
