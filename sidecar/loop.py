@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -518,6 +518,3 @@ def _uncovered(stages: Sequence[Stage], total: float) -> float:
             covered += s.duration
     covered += sum(end - start for start, end in tools.values())
     return max(0.0, total - covered)
-
-
-AwaitApproval = Callable[[str, str, float], Awaitable[tuple[bool, str]]]

@@ -79,7 +79,6 @@ class Sidecar:
         self._server: grpc.aio.Server | None = None
         self._simulator: object | None = None
         self._model: Model | None = None
-        self.simulated = False
         self.port = 0
         self._ready_task: asyncio.Task[None] | None = None
         self._servicer: AgentServicer | None = None
@@ -99,7 +98,6 @@ class Sidecar:
             await simulator.start("127.0.0.1", 0)
             self._simulator = simulator
             base_url = simulator.base_url
-            self.simulated = True
             model = model.model_copy(update={"model": "llm-simulator"})
             log.warning(
                 "no %s set: using the built-in LLM simulator at %s (a simulator, not a model)",
@@ -196,11 +194,6 @@ class Sidecar:
         await asyncio.gather(*(discovered(c) for c in self.connections.values()))
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-
-    async def ready(self) -> None:
-        """Wait until health says SERVING."""
-        if self._ready_task is not None:
-            await asyncio.shield(self._ready_task)
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain: health NOT_SERVING, refuse new runs, let in-flight runs finish."""

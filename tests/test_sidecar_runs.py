@@ -497,3 +497,19 @@ async def test_a_unary_run_denies_calls_that_need_approval(client: AgentClient) 
     assert response.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
     tools = [s for s in response.result.timeline.stages if s.HasField("tool_call")]
     assert [s.tool_call.status for s in tools] == [agent_pb2.TOOL_CALL_STATUS_DENIED]
+
+
+async def test_an_oversized_request_is_refused_and_the_session_stays_usable(
+    client: AgentClient,
+) -> None:
+    session = await client.create_session()
+    huge = "x" * (5 * 1024 * 1024)  # over server.max_message_bytes (4 MiB by default)
+    code = await _status_code(
+        client.stub.Run(agent_pb2.RunRequest(session_id=session.session_id, input=huge))
+    )
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    response = await client.run(session.session_id, "hello after that", timeout=30)
+    assert response.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert [t.input for t in (await client.get_session(session.session_id)).turns] == [
+        "hello after that"
+    ]
