@@ -7,6 +7,8 @@ shared store can do (replicas, leases) is tested against PostgreSQL alone.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,8 @@ from sidecar.sessions.store import (
     SessionStoreError,
 )
 
-ALL = ["memory", "sqlite", "postgres"]
-DURABLE = ["sqlite", "postgres"]
+ALL = ["memory", "sqlite", "sqlite-full", "postgres"]
+DURABLE = ["sqlite", "sqlite-full", "postgres"]
 
 
 class FakeClock:
@@ -63,10 +65,12 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
             options.pop("lease", None)
             options.pop("replica_id", None)
             store = MemorySessionStore(**options)
-        elif kind == "sqlite":
+        elif kind.startswith("sqlite"):
+            # "sqlite" runs statements on the loop; "sqlite-full" on the store's thread.
             options.pop("lease", None)
             options.pop("replica_id", None)
-            store = SqliteSessionStore(tmp_path / "sessions.db", **options)
+            synchronous = "full" if kind == "sqlite-full" else "normal"
+            store = SqliteSessionStore(tmp_path / "sessions.db", synchronous=synchronous, **options)
         else:
             store = PostgresSessionStore(dsn, **options)
         await store.open()
@@ -222,6 +226,57 @@ async def test_a_second_process_cannot_open_the_same_sqlite_file(open_store: Ope
     await open_store()
     with pytest.raises(SessionStoreError, match="in use by another sidecar"):
         await open_store()
+
+
+@pytest.mark.parametrize("open_store", ["sqlite"], indirect=True)
+async def test_sqlite_checkpoints_move_finished_turns_from_the_wal_into_the_database_file(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    def turns_in_database_file_alone() -> int:
+        # A copy of the main file without its WAL holds only what was checkpointed.
+        copy = tmp_path / "copy.db"
+        copy.write_bytes((tmp_path / "sessions.db").read_bytes())
+        with contextlib.closing(sqlite3.connect(copy)) as db:
+            has_table = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'turns'").fetchone()
+            count: int = db.execute("SELECT count(*) FROM turns").fetchone()[0] if has_table else 0
+        copy.unlink()
+        return count
+
+    store = await open_store()
+    assert isinstance(store, SqliteSessionStore)
+    await store.create("default", "s1", {})
+    await store.begin_turn("s1", "r1", "first", 1.0)
+    await store.finish_turn("s1", _turn("r1", "first"))
+    assert turns_in_database_file_alone() == 0  # written on the loop, to the WAL only
+    await store.checkpoint()
+    assert turns_in_database_file_alone() == 1
+
+    # Nobody asks: the store's own checkpointer follows writes within about a second.
+    await store.begin_turn("s1", "r2", "second", 2.0)
+    await store.finish_turn("s1", _turn("r2", "second"))
+
+    async def checkpointed() -> bool:
+        return turns_in_database_file_alone() == 2
+
+    await eventually(checkpointed, interval=0.1)
+
+
+@pytest.mark.parametrize("open_store", ["sqlite", "sqlite-full"], indirect=True)
+async def test_a_sweep_deletes_every_expired_session_in_batches_and_spares_running_ones(
+    open_store: OpenStore,
+) -> None:
+    clock = FakeClock()
+    store = await open_store(idle_ttl=60.0, clock=clock)
+    assert isinstance(store, SqliteSessionStore)
+    for i in range(1_234):
+        await store.create("default", f"s{i}", {})
+    await store.begin_turn("s7", "r1", "still running", clock.now)
+    clock.now += 61
+    await store.create("default", "fresh", {})
+    assert await store.sweep() == 1_233
+    assert await store.get("s7") is not None
+    assert await store.get("fresh") is not None
+    assert await store.get("s8") is None
 
 
 @pytest.mark.parametrize("open_store", ["postgres"], indirect=True)

@@ -5,9 +5,9 @@
   response returned unparsed: the SDK's request transform and response models stay off
   the hot path.
 - :class:`DirectTransport` (the default) sends the same bytes with the same headers
-  straight through one ``aiohttp`` session. The SDK's request plumbing (URL and header
-  building, its httpx layer) costs about four times the CPU of the POST itself; this
-  transport skips it.
+  straight over kept-alive connections of :mod:`sidecar.llm.http`. The SDK's request
+  plumbing (URL and header building, its httpx layer, aiohttp's client) costs several
+  times the CPU of the exchange itself; this transport skips it.
 
 Both return the HTTP status, headers and body (or the body's lines, when streaming), and
 turn a failed exchange into a :class:`~sidecar.llm.model.ModelError` the same way.
@@ -19,11 +19,11 @@ import contextlib
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
-import aiohttp
 import httpx2
 import openai
 import orjson
 
+from sidecar.llm.http import HttpClient, HttpError, Response
 from sidecar.llm.model import ModelError, ModelRequestRejected, ModelUnavailable, ToolUseFailed
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 498, 500, 502, 503, 504})
@@ -109,40 +109,22 @@ class SdkTransport:
 
 
 class DirectTransport:
-    """Straight through one ``aiohttp`` session, with the headers the SDK would send."""
+    """Straight over :class:`~sidecar.llm.http.HttpClient`, with the headers the SDK sends."""
 
     def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._headers = {
+        headers = {
             "Authorization": f"Bearer {api_key}",
             "Content-Type": "application/json",
             "Accept": "application/json",
             "User-Agent": f"agent-sidecar (openai-python {openai.__version__})",
         }
-        self._timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        # Created lazily: a ClientSession must be made inside the running event loop.
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-                skip_auto_headers=("Accept-Encoding",),
-            )
-        return self._session
+        self._client = HttpClient(base_url.rstrip("/") + "/chat/completions", headers)
 
     @contextlib.asynccontextmanager
-    async def _exchange(
-        self, body: bytes, timeout: float
-    ) -> AsyncGenerator[aiohttp.ClientResponse, None]:
+    async def _exchange(self, body: bytes, timeout: float) -> AsyncGenerator[Response, None]:
         """POST and yield a successful response; map every failure to a ModelError."""
         try:
-            async with self._http().post(
-                self._url,
-                data=body,
-                headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as response:
+            async with self._client.post(body, timeout) as response:
                 if response.status >= 400:
                     content = await response.read()
                     raise status_error(response.status, response.headers, _json(content))
@@ -151,7 +133,7 @@ class DirectTransport:
             raise ModelUnavailable(
                 "model_timeout", "the model request timed out", retryable=True
             ) from exc
-        except aiohttp.ClientError as exc:
+        except HttpError as exc:
             raise ModelUnavailable(
                 "model_unreachable", f"the model exchange failed: {exc}", retryable=True
             ) from exc
@@ -162,12 +144,11 @@ class DirectTransport:
 
     async def stream(self, body: bytes, timeout: float) -> AsyncGenerator[bytes, None]:
         async with self._exchange(body, timeout) as response:
-            async for line in response.content:
+            async for line in response.lines():
                 yield line
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._client.close()
 
 
 def _json(content: bytes) -> Any:
