@@ -245,6 +245,7 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "",
         "The textbook loop runs its tools one after another, so its critical path is "
         "160 ms, not 130: its overhead column includes that 30 ms.",
+        *_overhead_parts(results),
         "",
         "## Fan-out: N parallel 20 ms tools in one step",
         "",
@@ -288,6 +289,55 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "",
     ]
     doc.write_text("\n".join(out) + _profile_notes(doc))
+
+
+_PARTS = {
+    "model": "model calls beyond their 50 ms each (the simulator's timer, the HTTP exchange)",
+    "tools": "the tool step beyond its slowest tool's 30 ms (gRPC hop, tool server)",
+    "sidecar": "the sidecar's own stages (queue, context, persistence, the rest)",
+    "client_hop": "the client's gRPC hop into the sidecar and back",
+}
+
+
+def _overhead_parts(results: dict[str, Any]) -> list[str]:
+    """Where the default sidecar's realistic overhead goes, from the runs' timelines."""
+    scenarios = results["scenarios"]
+    columns = [name for name in ("realistic-c1", "realistic-c32") if name in scenarios]
+    parts = {
+        name: [b for batch in scenarios[name]["batches"]["sidecar"] for b in batch["breakdowns"]]
+        for name in columns
+        if all("breakdowns" in batch for batch in scenarios[name]["batches"]["sidecar"])
+    }
+    if not parts:
+        return []
+    out = [
+        "",
+        "### Where the sidecar's overhead goes",
+        "",
+        "Each run's timeline (returned with its result) splits the default sidecar's "
+        "overhead into parts; the median of each part, in ms (medians do not add up "
+        "exactly to the median overhead):",
+        "",
+        "| part | " + " | ".join(f"c={scenarios[n]['concurrency']}" for n in parts) + " |",
+        "| --- |" + " --- |" * len(parts),
+    ]
+    for key, label in _PARTS.items():
+        cells = " | ".join(f"{median([b[key] for b in parts[n]]):.2f}" for n in parts)
+        out.append(f"| {label} | {cells} |")
+    wake = results.get("wakeup")
+    if wake:
+        hot, cold = (median(v) for v in wake.values())
+        out += [
+            "",
+            f"On this machine a round trip to the zero-latency simulator takes {hot:.2f} ms "
+            f"back to back but {cold:.2f} ms after the client slept 50 ms (medians of "
+            f"{len(next(iter(wake.values())))}): a process that sleeps through a model call "
+            "wakes to cold caches. Every contender pays this for each process it wakes; the "
+            "floor wakes two (itself and the simulator), the sidecar's path four (client, "
+            "sidecar, simulator, tool server), which is most of the gap between them at "
+            "concurrency 1.",
+        ]
+    return out
 
 
 def _profile_notes(doc: Path) -> str:

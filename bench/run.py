@@ -186,6 +186,25 @@ async def _streaming(sidecar: str, sim: str, runs: int) -> dict[str, list[float]
     return samples
 
 
+async def _wakeup(sim: str, runs: int) -> dict[str, list[float]]:
+    """A zero-latency simulator round trip back to back, and after 50 ms asleep: what
+    waking a sleeping process costs on this machine, paid by every contender."""
+    body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "hi"}]})
+    url = f"http://{sim}/openai/v1/chat/completions"
+    samples: dict[str, list[float]] = {"back to back": [], "after 50 ms asleep": []}
+    async with aiohttp.ClientSession() as http:
+        for _ in range(runs):
+            for label, pause in (("back to back", 0.0), ("after 50 ms asleep", 0.05)):
+                await asyncio.sleep(pause)
+                start = time.perf_counter()
+                async with http.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                ) as response:
+                    await response.read()
+                samples[label].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
 def _s(duration: Any) -> float:
     return float(duration.seconds + duration.nanos / 1e9)
 
@@ -279,6 +298,7 @@ def main() -> None:
                     "batches": samples,
                 }
             results["sidecar_peak_rss_mib"] = stack.sidecars[("sidecar", "realistic")].rss_mib()
+            results["wakeup"] = asyncio.run(_wakeup(stack.sims["zero"].address, 60))
         finally:
             stack.stop()
 

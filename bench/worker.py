@@ -78,6 +78,9 @@ async def _serve(contender: Any, is_async: bool) -> None:
             print(json.dumps({"prepared": runs}), flush=True)
             continue
         concurrency = command["concurrency"]
+        breakdowns = getattr(contender, "breakdowns", None)
+        if breakdowns is not None:
+            breakdowns.clear()
         if is_async:
             result = await _batch_async(contender, mode, target, runs, concurrency)
         else:
@@ -85,7 +88,10 @@ async def _serve(contender: Any, is_async: bool) -> None:
                 _batch_sync, contender, mode, target, runs, concurrency
             )
         latencies, wall, cpu = result
-        print(json.dumps({"latencies_ms": latencies, "wall_s": wall, "cpu_s": cpu}), flush=True)
+        reply: dict[str, Any] = {"latencies_ms": latencies, "wall_s": wall, "cpu_s": cpu}
+        if breakdowns:
+            reply["breakdowns"] = breakdowns  # the sidecar's: where each run's overhead went
+        print(json.dumps(reply), flush=True)
 
 
 def main() -> None:

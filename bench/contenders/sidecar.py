@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import grpc
@@ -9,11 +10,50 @@ import grpc
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from bench.workload import PROMPT, Mode
 
+_OWN_STAGES = (
+    agent_pb2.STAGE_KIND_QUEUE,
+    agent_pb2.STAGE_KIND_CONTEXT_BUILD,
+    agent_pb2.STAGE_KIND_PERSISTENCE,
+    agent_pb2.STAGE_KIND_OVERHEAD,
+)
+
+
+def breakdown(timeline: agent_pb2.Timeline, latency_ms: float, mode: Mode) -> dict[str, float]:
+    """Where one run's overhead went, in ms, from the timeline the sidecar returned.
+
+    ``model``: the model calls beyond their simulated latency (the simulator's timer, the
+    HTTP exchange); ``tools``: each tool step's span beyond its slowest tool's latency
+    (the gRPC hops, the tool server, its timer); ``sidecar``: the sidecar's own stages
+    (queue, context, persistence, the rest of its work); ``client_hop``: what the caller
+    saw beyond the sidecar's total (the gRPC hop in and out).
+    """
+    model = own = 0.0
+    steps: dict[int, list[float]] = {}
+    for stage in timeline.stages:
+        duration = stage.duration.ToNanoseconds() / 1e6
+        if stage.kind == agent_pb2.STAGE_KIND_MODEL_CALL:
+            model += duration
+        elif stage.kind == agent_pb2.STAGE_KIND_TOOL_CALL:
+            start = stage.start_offset.ToNanoseconds() / 1e6
+            span = steps.setdefault(stage.step, [start, start + duration])
+            span[0], span[1] = min(span[0], start), max(span[1], start + duration)
+        elif stage.kind in _OWN_STAGES:
+            own += duration
+    slowest_tool = max(mode.tool_ms.values(), default=0.0)
+    return {
+        "model": model - 2 * mode.model_ms,
+        "tools": sum(end - start - slowest_tool for start, end in steps.values()),
+        "sidecar": own,
+        "client_hop": latency_ms - timeline.total.ToNanoseconds() / 1e6,
+    }
+
 
 class Contender:
     def __init__(self) -> None:
         self._stubs: dict[str, agent_pb2_grpc.AgentServiceStub] = {}
         self._sessions: deque[str] = deque()
+        #: One entry per run of the current batch: where its overhead went.
+        self.breakdowns: list[dict[str, float]] = []
 
     def _stub(self, target: str) -> agent_pb2_grpc.AgentServiceStub:
         stub = self._stubs.get(target)
@@ -32,9 +72,12 @@ class Contender:
 
     async def run_once(self, mode: Mode, target: str) -> None:
         session_id = self._sessions.popleft()
+        started = time.perf_counter()
         response = await self._stub(target).Run(
             agent_pb2.RunRequest(session_id=session_id, input=PROMPT), timeout=60
         )
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.breakdowns.append(breakdown(response.result.timeline, latency_ms, mode))
         if response.result.stop_reason != agent_pb2.STOP_REASON_ANSWERED or (
             response.result.tool_calls != 3
         ):

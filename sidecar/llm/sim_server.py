@@ -282,9 +282,7 @@ class LLMSimulator:
                 request, body, reply, ids, headers, arrived, prompt_tokens, cached, disconnect
             )
         planned = time.perf_counter()
-        ttft = self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached)
-        if ttft > 0:
-            await asyncio.sleep(ttft)
+        await _until(arrived + self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached))
         first = time.perf_counter()
         token_s = self._options.token_ms / 1000
         if token_s > 0:
@@ -323,9 +321,7 @@ class LLMSimulator:
             f"chatcmpl-{self._ids.getrandbits(96):024x}", int(time.time()), body["model"]
         )
         planned = time.perf_counter()
-        ttft = self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached)
-        if ttft > 0:
-            await asyncio.sleep(ttft)
+        await _until(arrived + self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached))
         response = web.StreamResponse(headers={**headers, **_SSE_HEADERS})
         await response.prepare(request)
         self._stats.by_status["200"] += 1
@@ -444,3 +440,11 @@ def _drop_connection(request: web.Request) -> None:
 
 def _json(document: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(document), status=status, content_type="application/json")
+
+
+async def _until(moment: float) -> None:
+    """Sleep until ``moment`` (``time.perf_counter``): a delay counts from the request's
+    arrival, so the simulator's own work is inside it, not added on top."""
+    remaining = moment - time.perf_counter()
+    if remaining > 0:
+        await asyncio.sleep(remaining)
