@@ -27,10 +27,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _stack import ROOT, sidecar, simulator, tool_server
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 
-from agentsidecar.client import AgentClient
-from sidecar.demo import SCENARIOS, TOOL_SERVERS
+from agentsidecar.client import AgentClient  # noqa: E402
+from bench.processes import configured_sidecar, simulator, tool_server  # noqa: E402
+from sidecar.demo import SCENARIOS, TOOL_SERVERS  # noqa: E402
 
 SETTINGS = (
     ("instant-model", ()),
@@ -70,7 +72,7 @@ def main() -> int:
                 for name, latency in TOOL_SERVERS
             }
             telemetry = {"label": label, "timeline_log": str(log)}
-            side = stack.enter_context(sidecar(sim, tools, telemetry=telemetry))
+            side = stack.enter_context(configured_sidecar(sim, tools, telemetry=telemetry))
             asyncio.run(_runs(side.address, args.runs))
         print(f"{label}: {2 * args.runs} runs logged", file=sys.stderr)
     report = [sys.executable, "-m", "sidecar.cli", "report", str(log), "--png", args.png]

@@ -33,12 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _stack import Proc, sidecar, simulator, tool_server
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from agentsidecar.client import AgentClient
-from agentsidecar.v1 import agent_pb2
-from sidecar.report import percentile
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
+
+from agentsidecar.client import AgentClient  # noqa: E402
+from agentsidecar.v1 import agent_pb2  # noqa: E402
+from bench.processes import Server, configured_sidecar, simulator, tool_server  # noqa: E402
+from sidecar.report import percentile  # noqa: E402
 
 PRE_SALES = "Is SKU X-100 in inventory, what is its price, and is there a discount?"
 
@@ -70,7 +73,7 @@ def _receiver() -> Any:
         server.stop(None).wait()
 
 
-async def _batch(client: AgentClient, proc: Proc, runs: int) -> tuple[list[float], float]:
+async def _batch(client: AgentClient, proc: Server, runs: int) -> tuple[list[float], float]:
     """Run ``runs`` runs one at a time; return their latencies and the sidecar's CPU."""
     sessions = [(await client.create_session()).session_id for _ in range(runs)]
     latencies = []
@@ -85,7 +88,7 @@ async def _batch(client: AgentClient, proc: Proc, runs: int) -> tuple[list[float
 
 
 async def _measure(
-    sidecars: dict[str, Proc], rounds: int, batch: int, warmup: int
+    sidecars: dict[str, Server], rounds: int, batch: int, warmup: int
 ) -> dict[str, dict[str, list[float]]]:
     figures: dict[str, dict[str, list[float]]] = {
         name: {"latency": [], "cpu": [], "round_cpu": []} for name in sidecars
@@ -181,8 +184,8 @@ def main() -> int:
         if "log" in parts:
             on["timeline_log"] = str(log)
         sidecars = {
-            "off": stack.enter_context(sidecar(sim, tools, source=args.off_source)),
-            "on": stack.enter_context(sidecar(sim, tools, telemetry=on)),
+            "off": stack.enter_context(configured_sidecar(sim, tools, source=args.off_source)),
+            "on": stack.enter_context(configured_sidecar(sim, tools, telemetry=on)),
         }
         figures = asyncio.run(_measure(sidecars, args.rounds, args.batch, args.warmup))
         logged = sum(1 for _ in log.open()) if log.exists() else 0
