@@ -195,8 +195,9 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "row is the default configuration: every turn is stored durably in SQLite. The "
         "second keeps sessions in memory, as every peer does: the difference is what "
         "durability costs. The third sends its model requests through `openai.AsyncOpenAI` "
-        "(`model.transport: sdk`, raw bytes in and out) instead of the sidecar's own lean HTTP client: "
-        "the difference is what keeping the SDK's plumbing off the hot path saves. The "
+        "(`model.transport: sdk`, raw bytes in and out) instead of the sidecar's own lean "
+        "HTTP client: the difference is what keeping the SDK's plumbing off the hot path "
+        "saves. The "
         "textbook loop uses the SDK's full `chat.completions.create`.",
         "",
         "## Targets",
