@@ -171,9 +171,10 @@ def sidecar(
     workdir: Path,
     transport: str = "direct",
     store: str = "sqlite",
+    profiles: dict[str, Any] | None = None,
 ) -> Server:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
-    gets a SQLite file of its own in ``workdir``)."""
+    gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -188,6 +189,8 @@ def sidecar(
             "tool_servers": [{"name": name, "address": s.address} for name, s in tools],
             "sessions": sessions,
         }
+        if profiles is not None:
+            config["profiles"] = profiles
         yaml.safe_dump(config, config_file)
     return Server("-m", "sidecar.cli", "serve", "--config", config_file.name)
 

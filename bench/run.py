@@ -35,7 +35,7 @@ import yaml
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from bench import processes, report
-from bench.workload import REALISTIC, ZERO
+from bench.workload import PROMPT, REALISTIC, ZERO
 
 CONTENDERS = (
     "sidecar",
@@ -50,6 +50,7 @@ CONTENDERS = (
 )
 FANOUT = (1, 2, 4, 8, 16, 32)
 FANOUT_TOOL_MS = 20.0
+EARLY_TOKEN_MS = 5.0
 
 
 def _scenarios(quick: bool) -> list[dict[str, Any]]:
@@ -186,6 +187,24 @@ async def _streaming(sidecar: str, sim: str, runs: int) -> dict[str, list[float]
     return samples
 
 
+async def _early_dispatch(address: str, runs: int) -> dict[str, list[float]]:
+    """The workload through StreamRun, the model's answer streamed a fragment every
+    5 ms: end-to-end latency with early dispatch on, and off (profile ``no_early``)."""
+    samples: dict[str, list[float]] = {"on": [], "off": []}
+    async with AgentClient(address) as client:
+        await client.wait_ready()
+        for _ in range(runs):
+            for label, profile in (("on", "default"), ("off", "no_early")):
+                session = await client.create_session(profile)
+                start = time.perf_counter()
+                async for event in client.stream(session.session_id, PROMPT, timeout=30):
+                    if event.WhichOneof("event") == "run_finished":
+                        if event.run_finished.tool_calls != 3:
+                            raise RuntimeError(f"unexpected run: {event.run_finished}")
+                samples[label].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
 async def _wakeup(sim: str, runs: int) -> dict[str, list[float]]:
     """A zero-latency simulator round trip back to back, and after 50 ms asleep: what
     waking a sleeping process costs on this machine, paid by every contender."""
@@ -311,6 +330,14 @@ def main() -> None:
         side = processes.sidecar(sim, [("fanout", tools)], workdir)
         stream_sim = processes.simulator("--ttft-ms", "50", "--token-ms", "2")
         stream_side = processes.sidecar(stream_sim, [], workdir)
+        early_sim = processes.simulator("--ttft-ms", "50", "--token-ms", str(EARLY_TOKEN_MS))
+        early_shop = processes.shop(REALISTIC.tool_ms)
+        early_side = processes.sidecar(
+            early_sim,
+            [("shop", early_shop)],
+            workdir,
+            profiles={"default": {}, "no_early": {"early_dispatch": False}},
+        )
         try:
             results["fanout"] = asyncio.run(
                 _fanout(side.address, 5 if args.quick else 20 * args.repeats // 3)
@@ -324,8 +351,21 @@ def main() -> None:
                 )
             )
             print("streaming: done", flush=True)
+            results["early_dispatch"] = asyncio.run(
+                _early_dispatch(early_side.address, 10 if args.quick else 30 * args.repeats // 3)
+            )
+            print("early dispatch: done", flush=True)
         finally:
-            for server in (side, tools, sim, stream_side, stream_sim):
+            for server in (
+                side,
+                tools,
+                sim,
+                stream_side,
+                stream_sim,
+                early_side,
+                early_shop,
+                early_sim,
+            ):
                 server.stop()
     results["duration_s"] = time.time() - started
     out = Path(args.out)

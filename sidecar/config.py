@@ -186,6 +186,8 @@ class ProfileConfig(_Strict):
     """JSON Schema the final answer must match in structured mode; unset: free text."""
     approval_timeout: float = Field(300.0, gt=0)
     """Seconds a call waits for ApproveToolCall before it counts as denied."""
+    early_dispatch: bool = True
+    """Start read-only calls while the model is still streaming the rest of its answer."""
     budget: BudgetConfig = BudgetConfig()
     """The profile's latency budget; unset budgets are not checked."""
     context: ContextConfig = ContextConfig()

@@ -45,7 +45,7 @@ from sidecar.run import (
 )
 from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
-from sidecar.tools.dispatch import Approver, Dispatcher
+from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls
 from sidecar.tools.result_cache import ResultCache
 
 if TYPE_CHECKING:
@@ -173,7 +173,11 @@ class AgentLoop:
         if profile.budget is not None:
             started = time.monotonic() - clock.now()
             run.budget = RunBudget(profile.budget, started=started, deadline=deadline)
-        return await run.execute(history, user_input)
+        try:
+            return await run.execute(history, user_input)
+        finally:
+            if run.early is not None:
+                run.early.cancel()  # the run ended (or was cancelled) before its tools
 
 
 class _Run:
@@ -206,6 +210,7 @@ class _Run:
         self.budget: RunBudget | None = None
         self.overruns: list[BudgetOverrun] = []
         self.history: Sequence[dict[str, Any]] = ()
+        self.early: EarlyCalls | None = None  # this step's calls started from the stream
 
     def finish(
         self,
@@ -253,9 +258,14 @@ class _Run:
             self.stages.append(
                 Stage(StageKind.CONTEXT_BUILD, "context", step, built, self.clock.now() - built)
             )
+            if stream and config.early_dispatch:
+                self.early = self._early_calls(step)
             try:
                 response = await self._think(step, messages, tools, stream, schema)
             except ToolUseFailed as exc:
+                if self.early is not None:
+                    self.early.cancel()
+                    self.early = None
                 # One repair round: tell the model what was wrong, once per step.
                 repair = {
                     "role": "user",
@@ -311,7 +321,9 @@ class _Run:
                 metadata=self.metadata,
                 trace=self.trace,
                 trim=self.loop._trimmers[self.profile.name],
+                early=self.early,
             )
+            self.early = None
             if self.budget is not None:
                 self.budget.tools_spent += self.clock.now() - stage_start
             for o in outcomes:
@@ -350,10 +362,11 @@ class _Run:
                 sink.text_delta(step, text)
 
         request = ModelRequest(messages, tools, stream, remaining, schema, tool_choice)
+        on_tool_call = self.early.offer if self.early is not None else None
         start = self.clock.now()
         try:
             async with asyncio.timeout(remaining):
-                response = await self.loop.model.complete(request, on_text)
+                response = await self.loop.model.complete(request, on_text, on_tool_call)
         except TimeoutError:
             self._model_stage(step, start, remaining, None, "deadline_exceeded")
             raise ModelError(
@@ -365,6 +378,19 @@ class _Run:
         self.usage.add(response.usage)
         self._model_stage(step, start, remaining, response, None)
         return response
+
+    def _early_calls(self, step: int) -> EarlyCalls:
+        deadline = self.deadline if self.budget is None else self.budget.deadline(BudgetStage.TOOLS)
+        return EarlyCalls(
+            self.loop._dispatcher,
+            step,
+            clock=self.clock,
+            deadline=deadline,
+            allowed=self.profile.allowed,
+            sink=self.sink,
+            metadata=self.metadata,
+            trace=self.trace,
+        )
 
     def _model_stage(
         self,
@@ -501,20 +527,12 @@ def _tool_stage(step: int, o: ToolOutcome) -> Stage:
 def _uncovered(stages: Sequence[Stage], total: float) -> float:
     """The run's time no stage covers: the sidecar's own overhead.
 
-    Stages of one step's tool calls overlap, so they count as the wall time they cover;
-    every other stage runs alone.
+    Stages may overlap (a step's tool calls run together, and a call started early runs
+    while the model still streams), so what counts is the time their union covers.
     """
-    covered = 0.0
-    tools: dict[int, list[float]] = {}
-    for s in stages:
-        if s.kind is StageKind.TOOL_CALL:
-            span = tools.get(s.step)
-            if span is None:
-                tools[s.step] = [s.start, s.start + s.duration]
-            else:
-                span[0] = min(span[0], s.start)
-                span[1] = max(span[1], s.start + s.duration)
-        else:
-            covered += s.duration
-    covered += sum(end - start for start, end in tools.values())
+    covered, reach = 0.0, 0.0
+    for start, end in sorted((s.start, s.start + s.duration) for s in stages):
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
     return max(0.0, total - covered)

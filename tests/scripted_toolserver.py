@@ -56,6 +56,7 @@ TOOLS = [
     _tool("flaky_read", {"token": STR, "failures": INT}, read_only=True, idempotent=True),
     _tool("flaky_write", {"token": STR, "failures": INT}),
     _tool("reserve", {"sku": STR, "ms": INT}, write_keys=["sku:{sku}"]),
+    _tool("stock", {"sku": STR}, read_only=True, read_keys=["sku:{sku}"]),
     _tool("hang", {}, read_only=True),
     _tool("broken", {}, read_only=True),
     _tool("refund", {"order": STR}, destructive=True, requires_approval=True),
@@ -115,6 +116,9 @@ class ScriptedTools(tool_pb2_grpc.ToolServiceServicer):
             finally:
                 self.active[sku] -= 1
             result.output = f"reserved {sku}"
+        elif name == "stock":
+            self.order.append(f"stock {args['sku']}:{request.call_id}")
+            result.output = f"stock of {args['sku']}"
         elif name == "hang":
             try:
                 await asyncio.sleep(3600)

@@ -127,6 +127,7 @@ class ModelUnavailable(ModelError):
 
 
 TextSink = Callable[[str], None]
+ToolCallSink = Callable[[ToolCall], None]
 
 
 class Model(Protocol):
@@ -135,13 +136,20 @@ class Model(Protocol):
     name: str
 
     async def complete(
-        self, request: ModelRequest, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_tool_call: ToolCallSink | None = None,
     ) -> ModelResponse:
         """Run one model call.
 
         Args:
             request: the messages, tools and options.
             on_text: called with each piece of answer text as it streams in.
+            on_tool_call: when streaming, called with each tool call as soon as its
+                arguments are complete (the stream moved on to the next call), before the
+                response ends. The response still lists every call. A call announced by
+                an attempt that then failed and was retried is not in the response.
 
         Raises:
             ModelError: the call failed; see the subclasses.

@@ -30,6 +30,7 @@ from sidecar.llm.model import (
     ProviderTiming,
     TextSink,
     ToolCall,
+    ToolCallSink,
     Usage,
 )
 from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
@@ -77,7 +78,10 @@ class OpenAICompatibleModel:
         await self._transport.close()
 
     async def complete(
-        self, request: ModelRequest, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_tool_call: ToolCallSink | None = None,
     ) -> ModelResponse:
         # Retries stop with the run's time; each attempt also gets at most the
         # configured request timeout, so a hung request is abandoned and retried.
@@ -105,7 +109,7 @@ class OpenAICompatibleModel:
             timeout = min(remaining, self._timeout)
             try:
                 if request.stream:
-                    return await self._stream(request, timeout, sink)
+                    return await self._stream(request, timeout, sink, on_tool_call)
                 return await self._create(request, timeout)
             except ModelError as exc:
                 if exc.code == "model_timeout" and timeout == remaining:
@@ -209,11 +213,18 @@ class OpenAICompatibleModel:
             provider=_provider_timing(usage),
         )
 
-    async def _stream(self, request: ModelRequest, timeout: float, sink: TextSink) -> ModelResponse:
+    async def _stream(
+        self,
+        request: ModelRequest,
+        timeout: float,
+        sink: TextSink,
+        on_tool_call: ToolCallSink | None,
+    ) -> ModelResponse:
         started = time.perf_counter()
         first_token: float | None = None
         parts: list[str] = []
         calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
+        announced: set[int] = set()
         finish_reason = "stop"
         usage: Any = None
         groq_usage: Any = None
@@ -248,9 +259,13 @@ class OpenAICompatibleModel:
                     parts.append(content)
                     sink(content)
                 for fragment in fragments or ():
-                    entry = calls.get(fragment.get("index", 0))
+                    index = fragment.get("index", 0)
+                    entry = calls.get(index)
                     if entry is None:
-                        entry = calls[fragment.get("index", 0)] = ["", ""]
+                        if on_tool_call is not None and calls:
+                            # Calls stream one after another: the one before is complete.
+                            _announce(calls, announced, on_tool_call)
+                        entry = calls[index] = ["", ""]
                     if fragment.get("id"):
                         entry[0] = fragment["id"]
                     function = fragment.get("function") or {}
@@ -279,6 +294,14 @@ class OpenAICompatibleModel:
             provider=_provider_timing(groq_usage or usage),
             time_to_first_token=first_token,
         )
+
+
+def _announce(calls: dict[int, list[str]], announced: set[int], on_tool_call: ToolCallSink) -> None:
+    """Hand every complete call not yet announced to ``on_tool_call``."""
+    for index, entry in calls.items():
+        if index not in announced:
+            announced.add(index)
+            on_tool_call(ToolCall(entry[0], entry[1], "".join(entry[2:])))
 
 
 def _error(state: RetryCallState) -> BaseException | None:

@@ -5,6 +5,9 @@ earlier call's (one writes a key the other reads or writes): it waits for that c
 conflicting writes happen in the model's order and the rest never wait. A step's tool
 stage costs the slowest chain, not the sum.
 
+When the model's answer streams, :class:`EarlyCalls` starts read-only calls as soon as
+their arguments are complete, and the step claims them instead of starting them again.
+
 Each call, in order: the tool must exist and be allowed; its arguments are validated
 against the schema (a violation goes back to the model and never reaches the server);
 approval is asked for when the tool requires it; then it runs behind its server's
@@ -85,6 +88,110 @@ class _Failed(Exception):
         self.details = details
 
 
+@dataclass(slots=True)
+class _Early:
+    """A call started before the model's answer was complete."""
+
+    item: _Prepared
+    span: Any  # the call's ToolSpan, when tracing
+    running: bool = False
+    task: asyncio.Task[ToolOutcome] = dataclasses.field(init=False)
+
+
+class EarlyCalls:
+    """Read-only calls started while the model is still streaming the rest of its answer.
+
+    The model streams its calls one after another, so the first can run while the model
+    writes the others. Only calls that cannot change anything start early: the tool is
+    read-only and needs no approval, it is allowed, its arguments are valid, and no call
+    before it in the answer writes a key it reads. The step then claims each started call
+    rather than run it again; a started call the final answer does not hold (its model
+    attempt failed and was retried, or the run ended before its tools) is cancelled.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        step: int,
+        *,
+        clock: Clock,
+        deadline: float,
+        allowed: frozenset[str] | None,
+        sink: EventSink | None,
+        metadata: Sequence[tuple[str, str]],
+        trace: RunTrace | None,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._step = step
+        self._clock = clock
+        self._deadline = deadline
+        self._allowed = allowed
+        self._sink = sink
+        self._metadata = metadata
+        self._trace = trace
+        self._announced: list[_Prepared] = []
+        self._started: dict[str, _Early] = {}
+
+    def offer(self, call: ToolCall) -> None:
+        """A call whose arguments are complete: start it now if it qualifies."""
+        item = self._dispatcher._prepare(call, self._allowed, self._clock)
+        earlier, tool = list(self._announced), item.tool
+        self._announced.append(item)
+        if item.outcome is not None or tool is None or call.id in self._started:
+            return
+        if not tool.read_only or tool.requires_approval or item.writes:
+            return
+        if any(_conflicts(e, item) for e in earlier):
+            return
+        span, metadata = None, self._metadata
+        if self._trace is not None:
+            span = self._trace.tool_call(call.id, call.name)
+            metadata = span.metadata()
+        early = _Early(item, span)
+        early.task = asyncio.get_running_loop().create_task(self._start(early, metadata))
+        self._started[call.id] = early
+
+    async def _start(self, early: _Early, metadata: Sequence[tuple[str, str]]) -> ToolOutcome:
+        early.running = True
+        clock = self._clock
+        return await self._dispatcher._run_or_reuse(
+            self._step, early.item, clock, clock.now(), self._deadline, self._sink, None, metadata
+        )
+
+    def claim(self, call: ToolCall) -> _Early | None:
+        """The started call the answer holds as ``call``, if any."""
+        early = self._started.pop(call.id, None)
+        if early is not None and early.item.call.arguments != call.arguments:
+            self._cancel(early)  # not the call that was started after all
+            return None
+        return early
+
+    def cancel(self) -> None:
+        """Cancel every started call nobody claimed."""
+        started, self._started = self._started, {}
+        for early in started.values():
+            self._cancel(early)
+
+    def _cancel(self, early: _Early) -> None:
+        early.task.cancel()
+        if early.span is not None:
+            early.span.end(None)
+        if early.running and self._sink is not None:
+            call = early.item.call
+            self._sink.tool_call_finished(
+                self._step,
+                ToolOutcome(
+                    call.id,
+                    call.name,
+                    ToolCallStatus.ERROR,
+                    "not used: the model's final answer did not keep this call",
+                    self._clock.now(),
+                    0.0,
+                    attempts=0,
+                ),
+            )
+
+
 class Dispatcher:
     """Runs tool calls against the connected tool servers."""
 
@@ -111,6 +218,7 @@ class Dispatcher:
         metadata: Sequence[tuple[str, str]] = (),
         trace: RunTrace | None = None,
         trim: ResultTrimmer | None = None,
+        early: EarlyCalls | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -126,21 +234,39 @@ class Dispatcher:
             trace: the run's spans, when tracing is on: each call gets a span, and its
                 metadata carries that span's context instead of ``metadata``.
             trim: cuts each result to what enters the model's context.
+            early: the calls of this step already started from the model's stream.
         """
-        prepared = [self._prepare(call, allowed, clock) for call in calls]
+        claimed: dict[int, _Early] = {}
+        prepared: list[_Prepared] = []
+        for call in calls:
+            started = early.claim(call) if early is not None else None
+            if started is not None:
+                claimed[len(prepared)] = started
+                prepared.append(started.item)
+            else:
+                prepared.append(self._prepare(call, allowed, clock))
+        if early is not None:
+            early.cancel()  # started calls the final answer does not hold
         done = [asyncio.Event() for _ in prepared]
         outcomes: list[ToolOutcome | None] = [None] * len(prepared)
 
         async def run_one(i: int, waits: list[int]) -> None:
             item = prepared[i]
-            span = None
+            started = claimed.get(i)
+            span = started.span if started is not None else None
             call_metadata = metadata
-            if trace is not None:
+            if trace is not None and started is None:
                 span = trace.tool_call(item.call.id, item.call.name)
                 call_metadata = span.metadata()
             try:
                 if item.outcome is not None:
                     outcomes[i] = item.outcome
+                elif started is not None:
+                    # Nothing before it in the answer conflicts with it: no waits.
+                    try:
+                        outcomes[i] = await started.task
+                    finally:
+                        started.task.cancel()  # a no-op once done; stops it if we were
                 else:
                     queued = clock.now()
                     for j in waits:
