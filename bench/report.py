@@ -337,14 +337,19 @@ def _overhead_parts(results: dict[str, Any]) -> list[str]:
         "### Where the sidecar's overhead goes",
         "",
         "Each run's timeline (returned with its result) splits the default sidecar's "
-        "overhead into parts; the median of each part, in ms (medians do not add up "
-        "exactly to the median overhead):",
+        "overhead into parts; each part's median and P99 in ms (parts of different runs: "
+        "they do not add up exactly to the overhead's own percentiles):",
         "",
-        "| part | " + " | ".join(f"c={scenarios[n]['concurrency']}" for n in parts) + " |",
-        "| --- |" + " --- |" * len(parts),
+        "| part | "
+        + " | ".join(f"c={scenarios[n]['concurrency']} {q}" for n in parts for q in ("P50", "P99"))
+        + " |",
+        "| --- |" + " --- |" * (2 * len(parts)),
     ]
     for key, label in _PARTS.items():
-        cells = " | ".join(f"{median([b[key] for b in parts[n]]):.2f}" for n in parts)
+        cells = " | ".join(
+            f"{median(v):.2f} | {percentile(v, 99):.2f}"
+            for v in ([b[key] for b in parts[n]] for n in parts)
+        )
         out.append(f"| {label} | {cells} |")
     wake = results.get("wakeup")
     if wake:

@@ -78,9 +78,9 @@ async def _serve(contender: Any, is_async: bool) -> None:
             print(json.dumps({"prepared": runs}), flush=True)
             continue
         concurrency = command["concurrency"]
-        breakdowns = getattr(contender, "breakdowns", None)
-        if breakdowns is not None:
-            breakdowns.clear()
+        take_breakdowns = getattr(contender, "take_breakdowns", None)
+        if take_breakdowns is not None:
+            take_breakdowns()  # forget the warm-up's
         if is_async:
             result = await _batch_async(contender, mode, target, runs, concurrency)
         else:
@@ -89,8 +89,8 @@ async def _serve(contender: Any, is_async: bool) -> None:
             )
         latencies, wall, cpu = result
         reply: dict[str, Any] = {"latencies_ms": latencies, "wall_s": wall, "cpu_s": cpu}
-        if breakdowns:
-            reply["breakdowns"] = breakdowns  # the sidecar's: where each run's overhead went
+        if take_breakdowns is not None:
+            reply["breakdowns"] = take_breakdowns()  # the sidecar's: where overhead went
         print(json.dumps(reply), flush=True)
 
 

@@ -52,8 +52,9 @@ class Contender:
     def __init__(self) -> None:
         self._stubs: dict[str, agent_pb2_grpc.AgentServiceStub] = {}
         self._sessions: deque[str] = deque()
-        #: One entry per run of the current batch: where its overhead went.
-        self.breakdowns: list[dict[str, float]] = []
+        # Each run's timeline and latency, turned into breakdowns only after the batch:
+        # work between runs would delay the next response in the client's loop.
+        self._runs: list[tuple[agent_pb2.Timeline, float, Mode]] = []
 
     def _stub(self, target: str) -> agent_pb2_grpc.AgentServiceStub:
         stub = self._stubs.get(target)
@@ -62,6 +63,11 @@ class Contender:
                 grpc.aio.insecure_channel(target)
             )
         return stub
+
+    def take_breakdowns(self) -> list[dict[str, float]]:
+        """Where each run since the last call spent its overhead (see :func:`breakdown`)."""
+        runs, self._runs = self._runs, []
+        return [breakdown(timeline, latency, mode) for timeline, latency, mode in runs]
 
     async def prepare(self, mode: Mode, target: str, runs: int) -> None:
         stub = self._stub(target)
@@ -77,7 +83,7 @@ class Contender:
             agent_pb2.RunRequest(session_id=session_id, input=PROMPT), timeout=60
         )
         latency_ms = (time.perf_counter() - started) * 1000
-        self.breakdowns.append(breakdown(response.result.timeline, latency_ms, mode))
+        self._runs.append((response.result.timeline, latency_ms, mode))
         if response.result.stop_reason != agent_pb2.STOP_REASON_ANSWERED or (
             response.result.tool_calls != 3
         ):
