@@ -50,7 +50,14 @@ def sidecar_config(sim_address: str, tools_address: str) -> dict[str, Any]:
                 "address": tools_address,
                 "timeout": 5,
                 "retry": {"max_attempts": 3, "initial_backoff": 0.05, "max_backoff": 0.5},
-                "breaker": {"failure_threshold": 5, "reset_timeout": 5},
+                # Opened by a failure rate: at hundreds of calls a second, five failures
+                # in a row happen by chance to a server failing a quarter of its calls.
+                "breaker": {
+                    "failure_threshold": 5,
+                    "reset_timeout": 5,
+                    "failure_rate": 0.5,
+                    "window": 20,
+                },
             }
         ],
     }

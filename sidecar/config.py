@@ -54,6 +54,17 @@ class BreakerConfig(_Strict):
     """Consecutive failed calls that open the breaker."""
     reset_timeout: float = Field(30.0, gt=0)
     """Seconds the breaker stays open before it lets one trial call through."""
+    failure_rate: float | None = Field(None, gt=0, le=1)
+    """Open when this share of the last ``window`` calls failed (and at least
+    ``failure_threshold`` of them); unset: after ``failure_threshold`` consecutive failures."""
+    window: int = Field(20, ge=1)
+    """How many of the latest calls ``failure_rate`` looks at."""
+
+    @model_validator(mode="after")
+    def _window_holds_the_threshold(self) -> BreakerConfig:
+        if self.window < self.failure_threshold:
+            raise ValueError("window must be at least failure_threshold")
+        return self
 
 
 class ToolServerConfig(_Strict):

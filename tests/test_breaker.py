@@ -253,6 +253,68 @@ async def test_only_consecutive_failures_open_the_breaker() -> None:
     assert breaker.state is OPEN
 
 
+RATE_POLICY = BreakerPolicy(failure_threshold=5, reset_timeout=30.0, failure_rate=0.5, window=20)
+
+
+def play(breaker: CircuitBreaker, pattern: str) -> None:
+    """Finish one call per letter: F fails, S succeeds (while the breaker admits calls)."""
+    for outcome in pattern:
+        permit = breaker.admit()
+        if outcome == "F":
+            breaker.record_failure(permit)
+        else:
+            breaker.record_success(permit)
+
+
+async def test_a_failure_rate_ignores_a_chance_run_of_failures_among_many_successes() -> None:
+    # One failure in four, with a run of five: consecutive counting opens, the rate does not.
+    pattern = "SSSSSSSSSSSSSSS" + "FFFFF" + "SSSSSSSSSSSSSSS" + "SFSSSFSSSF"
+    consecutive = CircuitBreaker("search", POLICY, clock=FakeClock())
+    with pytest.raises(BreakerOpenError):
+        play(consecutive, pattern)
+    by_rate = CircuitBreaker("search", RATE_POLICY, clock=FakeClock())
+    play(by_rate, pattern)
+    assert by_rate.state is CLOSED
+
+
+async def test_a_failure_rate_opens_on_a_server_failing_most_calls_without_a_run_of_five() -> None:
+    breaker = CircuitBreaker("search", RATE_POLICY, clock=FakeClock())
+    play(breaker, "SSSSSSSSSS" + "FFSFFS")  # 4 failures in 16: below both limits
+    assert breaker.state is CLOSED
+    play(breaker, "FFSF")  # 7 failures in the last 20 calls: 35%, still below half
+    assert breaker.state is CLOSED
+    play(breaker, "FFS")  # 9 in the last 20
+    assert breaker.state is CLOSED
+    play(breaker, "F")  # 10 in the last 20: half
+    assert breaker.state is OPEN
+
+
+async def test_a_failure_rate_still_cuts_a_dead_server_off_after_failure_threshold_calls() -> None:
+    breaker = CircuitBreaker("search", RATE_POLICY, clock=FakeClock())
+    play(breaker, "FFFF")  # 100%, but fewer failures than the threshold
+    assert breaker.state is CLOSED
+    play(breaker, "F")
+    assert breaker.state is OPEN
+
+
+async def test_a_closed_breaker_forgets_the_failures_that_opened_it() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker("search", RATE_POLICY, clock=clock)
+    play(breaker, "FFFFF")
+    clock.now += RATE_POLICY.reset_timeout
+    breaker.record_success(breaker.admit())  # the trial
+    assert breaker.state is CLOSED
+    play(breaker, "SFFFF")  # four failures since it closed: the old five are gone
+    assert breaker.state is CLOSED
+
+
+def test_a_failure_rate_policy_is_checked() -> None:
+    with pytest.raises(ValueError, match="failure_rate"):
+        BreakerPolicy(failure_rate=1.5)
+    with pytest.raises(ValueError, match="window"):
+        BreakerPolicy(failure_threshold=5, failure_rate=0.5, window=4)
+
+
 async def test_cancelled_calls_count_as_neither_success_nor_failure() -> None:
     breaker = CircuitBreaker("search", POLICY, clock=FakeClock())
     for _ in range(4):

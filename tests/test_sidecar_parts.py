@@ -25,6 +25,7 @@ from sidecar.config import (
 )
 from sidecar.run import StageKind, StopReason, ToolAvailability, ToolCallStatus
 from sidecar.tools.catalog import ArgumentsInvalid, ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,19 @@ def test_tool_server_names_must_be_unique() -> None:
         parse_config(
             {"tool_servers": [{"name": "a", "address": "x:1"}, {"name": "a", "address": "y:2"}]}
         )
+
+
+async def test_a_breaker_window_must_hold_its_failure_threshold() -> None:
+    server = {"name": "a", "address": "x:1"}
+    breaker = {"failure_threshold": 5, "failure_rate": 0.5, "window": 4}
+    with pytest.raises(ConfigError, match="window must be at least failure_threshold"):
+        parse_config({"tool_servers": [{**server, "breaker": breaker}]})
+    with pytest.raises(ConfigError, match="failure_rate"):
+        parse_config({"tool_servers": [{**server, "breaker": {"failure_rate": 2}}]})
+    ok = parse_config({"tool_servers": [{**server, "breaker": {**breaker, "window": 20}}]})
+    connection = ToolServerConnection(ok.tool_servers[0], on_discovered=lambda *_: None)
+    assert (connection.breaker.policy.failure_rate, connection.breaker.policy.window) == (0.5, 20)
+    await connection.channel.close()
 
 
 def _listing(*tools: tool_pb2.ToolDescriptor, version: str = "v1") -> tool_pb2.ListToolsResponse:

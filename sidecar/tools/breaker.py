@@ -30,9 +30,14 @@ wall-clock ``opened_at`` datetime, so the reset timeout is measured here, lazily
 admission, with an injectable monotonic clock (wall time jumps; tests need a fake clock).
 pybreaker's own ``opened_at`` is still set, in UTC wall time, for anyone inspecting it.
 
-Counting follows pybreaker: the breaker opens after ``failure_threshold`` *consecutive*
-failures, in the order calls finish; a success of any call admitted since the breaker last
-closed resets the count.
+Counting follows pybreaker by default: the breaker opens after ``failure_threshold``
+*consecutive* failures, in the order calls finish; a success of any call admitted since the
+breaker last closed resets the count. Under heavy traffic that rule trips on chance: at
+700 calls a second, a server failing one call in four fails five in a row about once a
+second. With ``failure_rate`` set, the breaker instead opens when at
+least that share of the last ``window`` finished calls failed, and at least
+``failure_threshold`` of them did (so a dead server is still cut off after that many
+calls, and a handful of failures among few calls does not open it).
 
 A breaker belongs to one event loop and is not thread-safe. It needs no lock: ``admit`` and
 the ``record_*`` methods never await, so no other task runs in the middle of one.
@@ -48,6 +53,7 @@ import contextlib
 import enum
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -77,11 +83,26 @@ class BreakerPolicy:
     for a restarting pod to come back, short enough that a recovered server returns within a
     turn or two."""
 
+    failure_rate: float | None = None
+    """When set (0 < rate <= 1): open when at least this share of the last ``window``
+    finished calls failed, and at least ``failure_threshold`` of them; None: consecutive
+    failures, as pybreaker counts."""
+
+    window: int = 20
+    """How many of the latest finished calls ``failure_rate`` looks at."""
+
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
             raise ValueError(f"failure_threshold must be at least 1, got {self.failure_threshold}")
         if self.reset_timeout < 0:
             raise ValueError(f"reset_timeout must not be negative, got {self.reset_timeout}")
+        if self.failure_rate is not None and not 0 < self.failure_rate <= 1:
+            raise ValueError(f"failure_rate must be in (0, 1], got {self.failure_rate}")
+        if self.window < self.failure_threshold:
+            raise ValueError(
+                f"window ({self.window}) must hold at least failure_threshold "
+                f"({self.failure_threshold}) calls"
+            )
 
 
 class BreakerState(enum.Enum):
@@ -181,6 +202,11 @@ class CircuitBreaker:
         self._generation = 0
         self._trial_in_flight = False
         self._opened_at: float | None = None
+        # With a failure rate: the latest finished calls (True: failed) and their failures.
+        self._recent: deque[bool] | None = (
+            deque(maxlen=policy.window) if policy.failure_rate is not None else None
+        )
+        self._recent_failures = 0
         self._storage = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
         self._breaker = pybreaker.CircuitBreaker(
             fail_max=self.policy.failure_threshold,
@@ -257,6 +283,8 @@ class CircuitBreaker:
             self._breaker.close()
         else:
             self._storage.reset_counter()
+            if self._recent is not None:
+                self._remember(failed=False)
 
     def record_failure(self, permit: Permit) -> None:
         """End a call that shows the server unhealthy.
@@ -273,8 +301,24 @@ class CircuitBreaker:
             self._open()
             return
         self._storage.increment_counter()
-        if self._storage.counter >= self.policy.failure_threshold:
+        if self._recent is None:
+            if self._storage.counter >= self.policy.failure_threshold:
+                self._open()
+            return
+        self._remember(failed=True)
+        rate = self.policy.failure_rate
+        assert rate is not None
+        failures = self._recent_failures
+        if failures >= self.policy.failure_threshold and failures >= rate * len(self._recent):
             self._open()
+
+    def _remember(self, failed: bool) -> None:
+        recent = self._recent
+        assert recent is not None
+        if len(recent) == recent.maxlen and recent[0]:
+            self._recent_failures -= 1  # the oldest, about to drop out, was a failure
+        recent.append(failed)
+        self._recent_failures += failed
 
     def release(self, permit: Permit) -> None:
         """End a call without a verdict on the server's health (cancelled, or not its fault).
@@ -335,6 +379,9 @@ class CircuitBreaker:
         old = self._state
         self._state = new
         self._generation += 1
+        if new is BreakerState.CLOSED and self._recent is not None:
+            self._recent.clear()  # a closed breaker starts over
+            self._recent_failures = 0
         # The slot belongs to the half-open generation that handed it out.
         self._trial_in_flight = False
         if self._on_state_change is None or old is new:

@@ -56,6 +56,8 @@ class ToolServerConnection:
             BreakerPolicy(
                 failure_threshold=config.breaker.failure_threshold,
                 reset_timeout=config.breaker.reset_timeout,
+                failure_rate=config.breaker.failure_rate,
+                window=config.breaker.window,
             ),
             on_state_change=on_breaker_change,
         )
