@@ -53,19 +53,27 @@ _FINDINGS = """\
   `model.timeout` left no time to retry it, and the run ended with `MODEL_ERROR
   model_timeout`. Now `model.timeout` caps each attempt and the run's time caps the
   retries (`sidecar/llm/openai_model.py`; `tests/test_chaos.py`).
-- **A partly failing tool server is mostly hidden.** The breaker opens after
+- **A partly failing tool server was mostly hidden (fixed).** The breaker opened after
   `failure_threshold` *consecutive* failures. At hundreds of tool calls a second, a server
-  that answers a quarter of its calls `UNAVAILABLE` produces five failures in a row within
-  a fraction of a second, so its breaker is open most of the tool-half-fail phase and most
-  runs are answered without the tools, though three calls in four would succeed. A failure
-  ratio over a window with a minimum number of calls would keep such a server in use.
-  Unchanged here.
+  answering a quarter of its calls `UNAVAILABLE` fails five in a row about once a second,
+  so its breaker was open most of the tool-half-fail phase and most runs were answered
+  without the tools, though three calls in four would have succeeded. A breaker may now
+  open by a failure rate over the latest calls instead (`breaker.failure_rate: 0.5`,
+  `window: 100` here; `sidecar/tools/breaker.py`; `tests/test_breaker.py`). A window of
+  20 was still too small: half of 20 calls fail by chance about once in seventy windows.
+- **The SQLite WAL grew without bound under load (fixed).** With statements on the event
+  loop and checkpoints on the store's thread, a passive checkpoint never finished copying
+  before the next write began, so the WAL never started over: 282 MB after a few minutes.
+  Each checkpoint pass now ends with a truncating one, which holds the write lock for the
+  last few pages; the loop never waits for it (an operation that finds the database busy
+  goes to the store's thread, behind the checkpoint) (`sidecar/sessions/sqlite.py`;
+  `tests/test_session_stores.py`).
 - **Tools come back a few seconds after their server does.** The sidecar's health watch
   reconnects with a backoff that grows to 2 s (with jitter), so after a restart the tools
   return up to about 3 s after the server listens (tool-kill), and a breaker that opened
   keeps them hidden for `reset_timeout` (tool-hang).
-- **Sessions live in the sidecar's memory**: a restarted sidecar has none of the old
-  ones, and their next run gets `NOT_FOUND` (sidecar-sigterm).
+- **Sessions outlive the sidecar**: they are stored in SQLite, so after the restart in
+  sidecar-sigterm every session opened before it is found with its turns.
 """
 
 _METHOD = """\

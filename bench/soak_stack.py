@@ -56,7 +56,7 @@ def sidecar_config(sim_address: str, tools_address: str) -> dict[str, Any]:
                     "failure_threshold": 5,
                     "reset_timeout": 5,
                     "failure_rate": 0.5,
-                    "window": 20,
+                    "window": 100,
                 },
             }
         ],
@@ -102,6 +102,7 @@ class SoakStack:
         self.tools = self._tools_process("shop", 0)
         self.tools_port = _port(self.tools.address)
         self.config = sidecar_config(self.sim.address, self.tools.address)
+        self.config["sessions"] = {"sqlite": {"path": str(workdir / "sessions.db")}}
         self.config_path = workdir / "sidecar.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.sidecar = self._sidecar_process(0)

@@ -57,7 +57,7 @@ class BreakerConfig(_Strict):
     failure_rate: float | None = Field(None, gt=0, le=1)
     """Open when this share of the last ``window`` calls failed (and at least
     ``failure_threshold`` of them); unset: after ``failure_threshold`` consecutive failures."""
-    window: int = Field(20, ge=1)
+    window: int = Field(100, ge=1)
     """How many of the latest calls ``failure_rate`` looks at."""
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ shared store can do (replicas, leases) is tested against PostgreSQL alone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from stack import eventually
 
 from sidecar.llm.model import Usage
 from sidecar.run import StopReason, Turn
+from sidecar.sessions import sqlite as sqlite_store
 from sidecar.sessions.postgres import PostgresSessionStore
 from sidecar.sessions.sqlite import SqliteSessionStore
 from sidecar.sessions.store import (
@@ -259,6 +261,66 @@ async def test_sqlite_checkpoints_move_finished_turns_from_the_wal_into_the_data
         return turns_in_database_file_alone() == 2
 
     await eventually(checkpointed, interval=0.1)
+
+
+@pytest.mark.parametrize("open_store", ["sqlite"], indirect=True)
+async def test_sqlite_keeps_its_wal_small_while_turns_are_written_without_pause(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A passive checkpoint alone never lets the WAL start over under continuous writes:
+    # it would grow by every page ever written (hundreds of MB in a soak).
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_INTERVAL", 0.05)
+    store = await open_store()
+    wal = tmp_path / "sessions.db-wal"
+    await store.create("default", "s1", {})
+    largest, turns = 0, 0
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 1.5
+    while loop.time() < until:
+        turns += 1
+        await store.begin_turn("s1", f"r{turns}", "q", 1.0)
+        turn = _turn(f"r{turns}", "q")
+        turn.messages.append({"role": "tool", "tool_call_id": "c", "content": "x" * 1500})
+        await store.finish_turn("s1", turn)
+        await asyncio.sleep(0.001)  # about a thousand turns a second
+        if turns % 20 == 0:
+            largest = max(largest, wal.stat().st_size if wal.exists() else 0)
+    # About ten 4 KiB pages go through the WAL per turn: some 40 MB in all.
+    assert turns > 800
+    assert largest < 16 * 1024 * 1024
+
+
+@pytest.mark.parametrize("open_store", ["sqlite"], indirect=True)
+async def test_sqlite_work_never_blocks_the_loop_while_another_holds_the_write_lock(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    await store.begin_turn("s1", "r1", "first", 1.0)
+    # Another connection holds the write lock, as a truncating checkpoint does briefly.
+    holder = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, holder.commit)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.005)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    ticking = asyncio.create_task(ticker())
+    started = loop.time()
+    await store.finish_turn("s1", _turn("r1", "first"))  # waits for the lock, off the loop
+    waited = loop.time() - started
+    ticking.cancel()
+    holder.close()
+    assert waited >= 0.25
+    assert max(gaps) < 0.1  # the loop kept turning meanwhile
+    session = await store.get("s1")
+    assert session is not None and [t.run_id for t in session.turns] == ["r1"]
 
 
 @pytest.mark.parametrize("open_store", ["sqlite", "sqlite-full"], indirect=True)

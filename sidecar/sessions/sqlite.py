@@ -7,7 +7,13 @@ Where the work runs depends on ``synchronous``:
   the work to a thread and back (a futex wake, a loop wake-up, and the GIL passed to and
   fro). What does touch the disk — the checkpoint that copies the WAL into the database
   and fsyncs it — never runs on the loop: automatic checkpoints are off, and a checkpoint
-  runs on the store's own thread, over its own connection, after writes.
+  runs on the store's own thread, over its own connection, after writes. A passive
+  checkpoint alone never lets the WAL start over while writes keep coming (it is never
+  fully copied at the moment the next write begins), so each pass ends with a truncating
+  one that holds the write lock for the last few pages. The loop never waits for that
+  lock: its connection does not wait at all, and an operation that finds the database
+  busy is handed to the store's thread instead, queued behind the checkpoint, as is every
+  operation until the thread has caught up.
 - ``full``: every commit waits for an fsync, so every operation (a whole transaction) is
   one hop to the store's thread, which owns the connection.
 
@@ -50,6 +56,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
+_CHECKPOINT_LOCK_WAIT_MS = 200  # how long a truncating checkpoint waits for the write lock
 SWEEP_BATCH = 500
 """Expired sessions deleted per statement: a big sweep never holds the loop for long."""
 _SCHEMA = """
@@ -111,6 +118,7 @@ class SqliteSessionStore:
         self._db: sqlite3.Connection | None = None
         self._checkpoint_db: sqlite3.Connection | None = None
         self._writes_since_checkpoint = 0
+        self._on_thread = 0  # operations handed to the thread and not yet back
         self._lock_fd: int | None = None
         self._sweeper = Periodic("session-expiry", sweep_interval, self.sweep)
         self._checkpointer = Periodic("session-checkpoint", CHECKPOINT_INTERVAL, self.checkpoint)
@@ -118,11 +126,34 @@ class SqliteSessionStore:
     # -- where the work runs ------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._executor is None:
+        executor = self._executor
+        if executor is None:
             raise SessionStoreError(f"the session store {self.path} is not open")
-        if self._inline:
+        loop = asyncio.get_running_loop()
+        if not self._inline:
+            return await loop.run_in_executor(executor, fn, *args)
+        if self._on_thread == 0:  # the connection is the loop's alone right now
+            try:
+                return fn(*args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                # A checkpoint holds the write lock; nothing of fn took effect (each
+                # operation is one statement or one transaction that failed to begin).
+        self._on_thread += 1
+        try:
+            return await loop.run_in_executor(executor, self._waiting, fn, *args)
+        finally:
+            self._on_thread -= 1
+
+    def _waiting(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the store's thread, waiting for a lock the way the loop cannot."""
+        db = self._conn()
+        db.execute("PRAGMA busy_timeout=5000")
+        try:
             return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            db.execute("PRAGMA busy_timeout=0")
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         result = await self._call(fn, *args)
@@ -142,12 +173,16 @@ class SqliteSessionStore:
         self._writes_since_checkpoint -= written  # writes made meanwhile wait for the next
 
     def _checkpoint_sync(self) -> None:
-        if self._checkpoint_db is None:
-            self._checkpoint_db = sqlite3.connect(
+        db = self._checkpoint_db
+        if db is None:
+            db = self._checkpoint_db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
             )
-        # PASSIVE: copies what it can without waiting for (or blocking) the loop's writes.
-        self._checkpoint_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            db.execute(f"PRAGMA busy_timeout={_CHECKPOINT_LOCK_WAIT_MS}")
+        # PASSIVE copies the bulk without blocking the loop's writes; TRUNCATE then takes
+        # the write lock for the few pages written meanwhile and empties the WAL.
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _conn(self) -> sqlite3.Connection:
         assert self._db is not None
@@ -191,6 +226,7 @@ class SqliteSessionStore:
         db.execute("PRAGMA busy_timeout=5000")
         if self._inline:
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the loop
+            db.execute("PRAGMA busy_timeout=0")  # the loop never waits for a lock
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             db.executescript(
