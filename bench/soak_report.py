@@ -64,7 +64,7 @@ _FINDINGS = """\
 - **The SQLite WAL grew without bound under load (fixed).** With statements on the event
   loop and checkpoints on the store's thread, a passive checkpoint never finished copying
   before the next write began, so the WAL never started over: 282 MB after a few minutes.
-  Each checkpoint pass now ends with a truncating one, which holds the write lock for the
+  Each checkpoint pass now ends with a restarting one, which holds the write lock for the
   last few pages; the loop never waits for it (an operation that finds the database busy
   goes to the store's thread, behind the checkpoint) (`sidecar/sessions/sqlite.py`;
   `tests/test_session_stores.py`).

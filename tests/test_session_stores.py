@@ -297,7 +297,7 @@ async def test_sqlite_work_never_blocks_the_loop_while_another_holds_the_write_l
     store = await open_store()
     await store.create("default", "s1", {})
     await store.begin_turn("s1", "r1", "first", 1.0)
-    # Another connection holds the write lock, as a truncating checkpoint does briefly.
+    # Another connection holds the write lock, as a restarting checkpoint does briefly.
     holder = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     loop = asyncio.get_running_loop()

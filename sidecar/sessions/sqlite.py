@@ -9,8 +9,10 @@ Where the work runs depends on ``synchronous``:
   and fsyncs it — never runs on the loop: automatic checkpoints are off, and a checkpoint
   runs on the store's own thread, over its own connection, after writes. A passive
   checkpoint alone never lets the WAL start over while writes keep coming (it is never
-  fully copied at the moment the next write begins), so each pass ends with a truncating
-  one that holds the write lock for the last few pages. The loop never waits for that
+  fully copied at the moment the next write begins), so each pass ends with a restarting
+  one that holds the write lock for the last few pages, after which the next write starts
+  the WAL over from its beginning (the file is reused, not regrown, and cut back to
+  ``_WAL_SIZE_LIMIT`` if a burst made it larger). The loop never waits for that
   lock: its connection does not wait at all, and an operation that finds the database
   busy is handed to the store's thread instead, queued behind the checkpoint, as is every
   operation until the thread has caught up.
@@ -56,7 +58,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
-_CHECKPOINT_LOCK_WAIT_MS = 200  # how long a truncating checkpoint waits for the write lock
+_CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
+_WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes a WAL file keeps when it starts over
 SWEEP_BATCH = 500
 """Expired sessions deleted per statement: a big sweep never holds the loop for long."""
 _SCHEMA = """
@@ -179,10 +182,10 @@ class SqliteSessionStore:
                 self.path, isolation_level=None, check_same_thread=False
             )
             db.execute(f"PRAGMA busy_timeout={_CHECKPOINT_LOCK_WAIT_MS}")
-        # PASSIVE copies the bulk without blocking the loop's writes; TRUNCATE then takes
-        # the write lock for the few pages written meanwhile and empties the WAL.
+        # PASSIVE copies the bulk without blocking the loop's writes; RESTART then takes
+        # the write lock for the few pages written meanwhile, so the WAL starts over.
         db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("PRAGMA wal_checkpoint(RESTART)")
 
     def _conn(self) -> sqlite3.Connection:
         assert self._db is not None
@@ -227,6 +230,7 @@ class SqliteSessionStore:
         if self._inline:
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the loop
             db.execute("PRAGMA busy_timeout=0")  # the loop never waits for a lock
+            db.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             db.executescript(
