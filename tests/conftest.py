@@ -8,6 +8,9 @@ server (tracing on, exporting to an OTLP receiver in this process) and a sidecar
 metrics, tracing, the timeline log, a price table, and profiles whose latency budgets
 the scripted conversations overrun on purpose. Tests that use it reset the simulator
 and work in their own sessions; metric assertions compare scrapes around their own runs.
+
+``client``: an ``AgentClient`` of the sidecar in the requesting module's own ``stack``
+fixture (a dict with ``sim`` and ``sidecar``), the simulator's faults reset first.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import pytest
 from otlp_receiver import otlp_receiver
 from pg import MISSING, PostgresServer, create_database, drop_database, server_binaries
 from procs import spawn
-from stack import scripted_toolserver, sidecar, sidecar_config, simulator
+from stack import SimControl, scripted_toolserver, sidecar, sidecar_config, simulator
+
+from agentsidecar.client import AgentClient
 
 PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
 TOOLS_100MS = {"tools": 0.1}
@@ -100,3 +105,12 @@ async def postgres_dsn(postgres_server: PostgresServer) -> AsyncIterator[str]:
     dsn = await create_database(postgres_server)
     yield dsn
     await drop_database(postgres_server, dsn)
+
+
+@pytest.fixture
+async def client(stack: dict[str, Any]) -> AsyncIterator[AgentClient]:
+    """A client of the requesting module's ``stack`` sidecar, its simulator reset first."""
+    await SimControl(stack["sim"].address).reset()
+    async with AgentClient(stack["sidecar"].address) as c:
+        await c.wait_ready(20)
+        yield c

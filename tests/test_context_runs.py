@@ -6,7 +6,7 @@ is read back from the simulator.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -55,14 +55,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         )
         with sidecar(config, tmp_path_factory.mktemp("context")) as side:
             yield {"sim": sim, "sidecar": side}
-
-
-@pytest.fixture
-async def client(stack: dict[str, ServerProcess]) -> AsyncIterator[AgentClient]:
-    await SimControl(stack["sim"].address).reset()
-    async with AgentClient(stack["sidecar"].address) as c:
-        await c.wait_ready(20)
-        yield c
 
 
 @pytest.fixture

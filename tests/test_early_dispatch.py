@@ -6,7 +6,7 @@ so tens of milliseconds before the model stage ends, and the run's timeline show
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from procs import ServerProcess
@@ -37,14 +37,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         )
         with sidecar(config, tmp_path_factory.mktemp("sidecar")) as side:
             yield {"sim": sim, "tools": tools, "sidecar": side}
-
-
-@pytest.fixture
-async def client(stack: dict[str, ServerProcess]) -> AsyncIterator[AgentClient]:
-    await SimControl(stack["sim"].address).reset()
-    async with AgentClient(stack["sidecar"].address) as c:
-        await c.wait_ready(20)
-        yield c
 
 
 def _starts_before_the_model_ended(result: agent_pb2.RunResult) -> dict[str, float]:

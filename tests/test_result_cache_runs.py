@@ -7,14 +7,13 @@ skipped is checked on the server's side.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pg import PostgresServer, create_database, drop_database
 from procs import ServerProcess
 from stack import (
-    SimControl,
     eventually,
     finished_calls,
     ms,
@@ -36,14 +35,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         config = sidecar_config(sim, [{"name": "scripted", "address": tools.address}])
         with sidecar(config, tmp_path_factory.mktemp("cache")) as side:
             yield {"sim": sim, "tools": tools, "sidecar": side}
-
-
-@pytest.fixture
-async def client(stack: dict[str, ServerProcess]) -> AsyncIterator[AgentClient]:
-    await SimControl(stack["sim"].address).reset()
-    async with AgentClient(stack["sidecar"].address) as c:
-        await c.wait_ready(20)
-        yield c
 
 
 async def _calls(stack: dict[str, ServerProcess], tool: str) -> int:

@@ -7,7 +7,7 @@ own sessions, and its own scripted conversation (``sidecar_scenario.yaml``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -62,14 +62,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         )
         with sidecar(config, tmp_path_factory.mktemp("sidecar")) as side:
             yield {"sim": sim, "tools": tools, "sidecar": side}
-
-
-@pytest.fixture
-async def client(stack: dict[str, ServerProcess]) -> AsyncIterator[AgentClient]:
-    await SimControl(stack["sim"].address).reset()
-    async with AgentClient(stack["sidecar"].address) as c:
-        await c.wait_ready(20)
-        yield c
 
 
 @pytest.fixture

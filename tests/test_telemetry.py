@@ -10,7 +10,6 @@ each other's runs.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +41,6 @@ PRE_SALES = "Is SKU X-100 in inventory, what is its price, and is there a discou
 @pytest.fixture
 def stack(observed_stack: dict[str, Any]) -> dict[str, Any]:
     return observed_stack
-
-
-@pytest.fixture
-async def client(stack: dict[str, Any]) -> AsyncIterator[AgentClient]:
-    await SimControl(stack["sim"].address).reset()
-    async with AgentClient(stack["sidecar"].address) as c:
-        await c.wait_ready(20)
-        yield c
 
 
 def _delta(before: Scrape, after: Scrape, name: str, **labels: str) -> float:
