@@ -2,9 +2,9 @@
 
 The model endpoint is a single origin called over and over with one JSON POST. A general
 client (aiohttp) spends most of its time per request on generality this path needs none
-of — cookie jars, redirects, tracing hooks, URL objects, header multidicts: about 90 µs of
-CPU per request on the benchmark machine, against about 27 µs here
-(``docs/benchmarks.md#profile``). The hard part, parsing responses (chunked bodies
+of — cookie jars, redirects, tracing hooks, URL objects, header multidicts: about 100 µs
+of CPU per request on the benchmark machine, against about 45 µs through this client
+(``python bench/model_transport.py``). The hard part, parsing responses (chunked bodies
 included), is httptools: llhttp, the parser Node.js uses.
 
 What it does not do, because the model endpoint never needs it: redirects, proxies,
