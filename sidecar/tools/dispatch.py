@@ -129,19 +129,24 @@ class EarlyCalls:
         self._sink = sink
         self._metadata = metadata
         self._trace = trace
-        self._announced: list[_Prepared] = []
+        self._announced: dict[str, _Prepared] = {}  # by call id, in the model's order
         self._started: dict[str, _Early] = {}
 
     def offer(self, call: ToolCall) -> None:
         """A call whose arguments are complete: start it now if it qualifies."""
         item = self._dispatcher._prepare(call, self._allowed, self._clock)
-        earlier, tool = list(self._announced), item.tool
-        self._announced.append(item)
-        if item.outcome is not None or tool is None or call.id in self._started:
-            return
-        if not tool.read_only or tool.requires_approval or item.writes:
-            return
-        if any(_conflicts(e, item) for e in earlier):
+        tool, earlier = item.tool, self._announced.values()
+        qualifies = (
+            item.outcome is None
+            and tool is not None
+            and tool.read_only
+            and not tool.requires_approval
+            and not item.writes
+            and call.id not in self._announced
+            and not any(_conflicts(e, item) for e in earlier)
+        )
+        self._announced.setdefault(call.id, item)
+        if not qualifies:
             return
         span, metadata = None, self._metadata
         if self._trace is not None:
@@ -158,13 +163,16 @@ class EarlyCalls:
             self._step, early.item, clock, clock.now(), self._deadline, self._sink, None, metadata
         )
 
-    def claim(self, call: ToolCall) -> _Early | None:
-        """The started call the answer holds as ``call``, if any."""
+    def claim(self, call: ToolCall) -> tuple[_Prepared | None, _Early | None]:
+        """What the stream already made of ``call``: its validated form, when it was
+        announced as it is in the answer, and the call started for it, if any."""
         early = self._started.pop(call.id, None)
-        if early is not None and early.item.call.arguments != call.arguments:
-            self._cancel(early)  # not the call that was started after all
-            return None
-        return early
+        item = self._announced.get(call.id)
+        if item is None or item.call.arguments != call.arguments:
+            if early is not None:
+                self._cancel(early)  # not the call that was started after all
+            return None, None
+        return item, early
 
     def cancel(self) -> None:
         """Cancel every started call nobody claimed."""
@@ -239,12 +247,11 @@ class Dispatcher:
         claimed: dict[int, _Early] = {}
         prepared: list[_Prepared] = []
         for call in calls:
-            started = early.claim(call) if early is not None else None
+            # Calls announced by the stream were parsed and validated then: not again.
+            item, started = early.claim(call) if early is not None else (None, None)
             if started is not None:
                 claimed[len(prepared)] = started
-                prepared.append(started.item)
-            else:
-                prepared.append(self._prepare(call, allowed, clock))
+            prepared.append(item or self._prepare(call, allowed, clock))
         if early is not None:
             early.cancel()  # started calls the final answer does not hold
         done = [asyncio.Event() for _ in prepared]
