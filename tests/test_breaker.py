@@ -8,6 +8,7 @@ pybreaker's own ``calling()`` under asyncio that ``sidecar.tools.breaker`` exist
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -289,22 +290,55 @@ async def test_a_failure_rate_opens_on_a_server_failing_most_calls_without_a_run
     assert breaker.state is OPEN
 
 
-async def test_a_failure_rate_still_cuts_a_dead_server_off_after_failure_threshold_calls() -> None:
+async def test_a_failure_rate_cuts_a_dead_server_off_after_rate_times_window_calls() -> None:
     breaker = CircuitBreaker("search", RATE_POLICY, clock=FakeClock())
-    play(breaker, "FFFF")  # 100%, but fewer failures than the threshold
+    play(breaker, "FFFFFFFFF")  # 100% of 9 calls, but the share is of a window of 20
     assert breaker.state is CLOSED
-    play(breaker, "F")
+    assert breaker.failure_summary() == "9 of the last 9 calls failed"
+    play(breaker, "F")  # 10: half of 20
     assert breaker.state is OPEN
+
+
+async def test_a_failure_rate_is_not_judged_on_the_first_few_calls_alone() -> None:
+    # Five failures in the first eight calls: 62% of what was seen, a quarter of a window.
+    clock = FakeClock()
+    breaker = CircuitBreaker("search", RATE_POLICY, clock=clock)
+    play(breaker, "FSFFSFSF")
+    assert breaker.state is CLOSED
+    # Nor on the first few calls after the breaker closed again.
+    play(breaker, "FFFFF")  # ten failures in thirteen calls
+    assert breaker.state is OPEN
+    clock.now += RATE_POLICY.reset_timeout
+    breaker.record_success(breaker.admit())  # the trial
+    assert breaker.state is CLOSED
+    play(breaker, "FSFFSFSF")
+    assert breaker.state is CLOSED
+
+
+async def test_a_failure_rate_rarely_opens_on_a_server_failing_one_call_in_four() -> None:
+    # 300 starts of 500 calls each; judging the share over the calls seen so far opened
+    # about one start in ten here (five failures among the first ten calls).
+    rng = random.Random(7)
+    policy = BreakerPolicy(failure_threshold=5, reset_timeout=30.0, failure_rate=0.5)
+    opened = 0
+    for _ in range(300):
+        breaker = CircuitBreaker("search", policy, clock=FakeClock())
+        try:
+            play(breaker, "".join("F" if rng.random() < 0.25 else "S" for _ in range(500)))
+        except BreakerOpenError:
+            opened += 1
+    assert opened == 0
 
 
 async def test_a_closed_breaker_forgets_the_failures_that_opened_it() -> None:
     clock = FakeClock()
     breaker = CircuitBreaker("search", RATE_POLICY, clock=clock)
-    play(breaker, "FFFFF")
+    play(breaker, "FFFFFFFFFF")
+    assert breaker.state is OPEN
     clock.now += RATE_POLICY.reset_timeout
     breaker.record_success(breaker.admit())  # the trial
     assert breaker.state is CLOSED
-    play(breaker, "SFFFF")  # four failures since it closed: the old five are gone
+    play(breaker, "SFFFFFFFFF")  # nine failures since it closed: the old ten are gone
     assert breaker.state is CLOSED
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 from pathlib import Path
 
 import orjson
@@ -24,6 +26,7 @@ from sidecar.config import (
     parse_config,
 )
 from sidecar.run import StageKind, StopReason, ToolAvailability, ToolCallStatus
+from sidecar.tools.breaker import BreakerState
 from sidecar.tools.catalog import ArgumentsInvalid, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 
@@ -89,6 +92,36 @@ async def test_a_breaker_window_must_hold_its_failure_threshold() -> None:
     connection = ToolServerConnection(ok.tool_servers[0], on_discovered=lambda *_: None)
     assert (connection.breaker.policy.failure_rate, connection.breaker.policy.window) == (0.5, 20)
     await connection.channel.close()
+
+
+async def test_a_breaker_that_opens_or_closes_is_logged_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    breaker = {"failure_threshold": 3, "reset_timeout": 0.001}
+    config = parse_config({"tool_servers": [{"name": "a", "address": "x:1", "breaker": breaker}]})
+    changes: list[tuple[str, BreakerState, BreakerState]] = []
+    connection = ToolServerConnection(
+        config.tool_servers[0],
+        on_discovered=lambda *_: None,
+        on_breaker_change=lambda *change: changes.append(change),
+    )
+    caplog.set_level(logging.INFO, logger="sidecar.tools.connection")
+    for _ in range(3):
+        connection.breaker.record_failure(connection.breaker.admit())
+    await asyncio.sleep(0.01)
+    connection.breaker.record_success(connection.breaker.admit())  # the trial
+    await connection.channel.close()
+    assert [(old, new) for _, old, new in changes] == [
+        (BreakerState.CLOSED, BreakerState.OPEN),
+        (BreakerState.OPEN, BreakerState.HALF_OPEN),
+        (BreakerState.HALF_OPEN, BreakerState.CLOSED),
+    ]
+    opened = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in opened] == [
+        "tool server a: circuit breaker open (3 consecutive failures); "
+        "its tools are hidden from the model for 0.001 s"
+    ]
+    assert "tool server a: circuit breaker closed" in caplog.messages
 
 
 def _listing(*tools: tool_pb2.ToolDescriptor, version: str = "v1") -> tool_pb2.ListToolsResponse:

@@ -34,10 +34,12 @@ Counting follows pybreaker by default: the breaker opens after ``failure_thresho
 *consecutive* failures, in the order calls finish; a success of any call admitted since the
 breaker last closed resets the count. Under heavy traffic that rule trips on chance: at
 700 calls a second, a server failing one call in four fails five in a row about once a
-second. With ``failure_rate`` set, the breaker instead opens when at
-least that share of the last ``window`` finished calls failed, and at least
-``failure_threshold`` of them did (so a dead server is still cut off after that many
-calls, and a handful of failures among few calls does not open it).
+second. With ``failure_rate`` set, the breaker instead opens when at least that share of
+the last ``window`` finished calls failed, and at least ``failure_threshold`` of them did.
+The share is always of a whole window, also while it fills after a start or a close: a
+dead server is cut off after ``failure_rate * window`` failed calls (50 at a rate of one
+half and the default window), and five failures among the first ten calls, which a server
+failing one call in four shows about once in ten starts, do not open it.
 
 A breaker belongs to one event loop and is not thread-safe. It needs no lock: ``admit`` and
 the ``record_*`` methods never await, so no other task runs in the middle of one.
@@ -86,7 +88,9 @@ class BreakerPolicy:
     failure_rate: float | None = None
     """When set (0 < rate <= 1): open when at least this share of the last ``window``
     finished calls failed, and at least ``failure_threshold`` of them; None: consecutive
-    failures, as pybreaker counts."""
+    failures, as pybreaker counts. The share is always of ``window`` calls: until that many
+    have finished since the breaker started or closed, it takes ``failure_rate * window``
+    failures among them to open."""
 
     window: int = 100
     """How many of the latest finished calls ``failure_rate`` looks at. Default 100: at a
@@ -248,6 +252,13 @@ class CircuitBreaker:
         """
         return self._storage.counter
 
+    def failure_summary(self) -> str:
+        """What the breaker counts now, for a log line: the failures among the latest
+        calls with a failure rate, else the consecutive failures."""
+        if self._recent is None:
+            return f"{self.failure_count} consecutive failures"
+        return f"{self._recent_failures} of the last {len(self._recent)} calls failed"
+
     @property
     def opened_at(self) -> float | None:
         """The clock reading when the breaker last opened; None if it never has."""
@@ -311,7 +322,9 @@ class CircuitBreaker:
         rate = self.policy.failure_rate
         assert rate is not None
         failures = self._recent_failures
-        if failures >= self.policy.failure_threshold and failures >= rate * len(self._recent):
+        # The share is of a whole window even while it fills (after a start or a close):
+        # judged over the few calls seen so far, chance alone would often reach it.
+        if failures >= self.policy.failure_threshold and failures >= rate * self.policy.window:
             self._open()
 
     def _remember(self, failed: bool) -> None:

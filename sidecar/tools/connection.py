@@ -59,8 +59,9 @@ class ToolServerConnection:
                 failure_rate=config.breaker.failure_rate,
                 window=config.breaker.window,
             ),
-            on_state_change=on_breaker_change,
+            on_state_change=self._breaker_changed,
         )
+        self._on_breaker_change = on_breaker_change
         self.serving = False
         self.discovered = asyncio.Event()
         self._on_discovered = on_discovered
@@ -70,6 +71,20 @@ class ToolServerConnection:
     def available(self) -> bool:
         """True when a call would be attempted now: serving, breaker not refusing."""
         return self.serving and self.breaker.allows_calls()
+
+    def _breaker_changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
+        if new is BreakerState.OPEN:
+            log.warning(
+                "tool server %s: circuit breaker open (%s); its tools are hidden from the "
+                "model for %g s",
+                name,
+                self.breaker.failure_summary(),
+                self.breaker.policy.reset_timeout,
+            )
+        else:
+            log.info("tool server %s: circuit breaker %s", name, new.value)
+        if self._on_breaker_change is not None:
+            self._on_breaker_change(name, old, new)
 
     async def discover(self, timeout: float) -> bool:
         """List the server's tools and hand them to the discovery listener."""
