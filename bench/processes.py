@@ -38,15 +38,16 @@ class Server:
         log: Path | None = None,
         timeout: float = 60.0,
         source: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         """Start ``python ARGS...`` and wait up to ``timeout`` seconds for its address.
 
         Its stderr goes to ``log`` (appended) or nowhere; the lines it printed before
         the address are kept in ``preamble``. ``source`` runs the code of another source
-        tree (an older release, say) instead of this one. The process never sees a
-        ``GROQ_API_KEY``.
+        tree (an older release, say) instead of this one; ``env`` adds to this process's
+        environment. The process never sees a ``GROQ_API_KEY``.
         """
-        env = dict(os.environ, PYTHONUNBUFFERED="1", GROQ_API_KEY="")
+        env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1", GROQ_API_KEY="")
         if source is not None:
             env["PYTHONPATH"] = f"{source}{os.pathsep}{source / 'clients' / 'python'}"
         with open(log, "a") if log is not None else open(os.devnull, "w") as stderr:
@@ -172,9 +173,11 @@ def sidecar(
     transport: str = "direct",
     store: str = "sqlite",
     profiles: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
-    gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one."""
+    gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
+    ``env`` adds to its environment."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -192,7 +195,7 @@ def sidecar(
         if profiles is not None:
             config["profiles"] = profiles
         yaml.safe_dump(config, config_file)
-    return Server("-m", "sidecar.cli", "serve", "--config", config_file.name)
+    return Server("-m", "sidecar.cli", "serve", "--config", config_file.name, env=env)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ LABELS = {
     "sidecar": "agent-sidecar (gRPC, tools in separate processes)",
     "sidecar_memory": "agent-sidecar, sessions in memory instead of SQLite",
     "sidecar_sdk": "agent-sidecar, model requests through openai.AsyncOpenAI",
+    "sidecar_event_engine": "agent-sidecar, gRPC's default I/O (EventEngine threads)",
     "floor": "floor: hand-written asyncio + aiohttp, tools in-process",
     "textbook": "textbook loop: sync openai, tools one after another",
     "textbook_threads": "textbook loop, tools on a thread pool",
@@ -197,7 +198,9 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "durability costs. The third sends its model requests through `openai.AsyncOpenAI` "
         "(`model.transport: sdk`, raw bytes in and out) instead of the sidecar's own lean "
         "HTTP client: the difference is what keeping the SDK's plumbing off the hot path "
-        "saves. The "
+        "saves. The fourth runs gRPC's default I/O, on its EventEngine threads, instead of "
+        "the poller the sidecar loads it with (`agentsidecar/grpc_io.py`; its tool server is "
+        "the same as the others'): the difference is what that choice saves. The "
         "textbook loop uses the SDK's full `chat.completions.create`.",
         "",
         "## Targets",

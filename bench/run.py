@@ -41,6 +41,7 @@ CONTENDERS = (
     "sidecar",
     "sidecar_memory",
     "sidecar_sdk",
+    "sidecar_event_engine",
     "floor",
     "textbook",
     "textbook_threads",
@@ -78,11 +79,13 @@ class Stack:
         # One sidecar per mode and variant: "sidecar" is the default configuration (model
         # requests straight through aiohttp, sessions in SQLite); "sidecar_memory" keeps
         # sessions in memory (what durability costs); "sidecar_sdk" sends model requests
-        # through openai.AsyncOpenAI (what the direct transport saves).
-        variants = {
-            "sidecar": ("direct", "sqlite"),
-            "sidecar_memory": ("direct", "memory"),
-            "sidecar_sdk": ("sdk", "sqlite"),
+        # through openai.AsyncOpenAI (what the direct transport saves);
+        # "sidecar_event_engine" keeps gRPC's default I/O (what agentsidecar.grpc_io saves).
+        variants: dict[str, tuple[str, str, dict[str, str]]] = {
+            "sidecar": ("direct", "sqlite", {}),
+            "sidecar_memory": ("direct", "memory", {}),
+            "sidecar_sdk": ("sdk", "sqlite", {}),
+            "sidecar_event_engine": ("direct", "sqlite", {"GRPC_EXPERIMENTS": ""}),
         }
         self.sidecars = {
             (name, mode): processes.sidecar(
@@ -91,8 +94,9 @@ class Stack:
                 workdir,
                 transport=transport,
                 store=store,
+                env=env,
             )
-            for name, (transport, store) in variants.items()
+            for name, (transport, store, env) in variants.items()
             for mode in self.sims
         }
         self.workers = {

@@ -22,6 +22,10 @@ See ``docs/tool-servers.md`` for the decorator's arguments, the two error
 channels, deadlines, progress and shutdown.
 """
 
+from agentsidecar.grpc_io import load_grpc
+
+load_grpc()  # before the SDK's modules import grpc (docs/tool-servers.md, "gRPC's I/O")
+
 from toolservers._context import ToolContext
 from toolservers._exceptions import ToolDefinitionError, ToolFailure, ToolServerError
 from toolservers._options import ServeOptions
