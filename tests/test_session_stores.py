@@ -324,6 +324,24 @@ async def test_sqlite_work_never_blocks_the_loop_while_another_holds_the_write_l
 
 
 @pytest.mark.parametrize("open_store", ["sqlite", "sqlite-full"], indirect=True)
+async def test_loading_a_session_does_not_wait_for_another_connections_write_lock(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    await store.create("default", "s1", {})
+    await store.begin_turn("s1", "r1", "first", 1.0)
+    await store.finish_turn("s1", _turn("r1", "first"))
+    holder = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # held until the end: a get that needs it never ends
+    try:
+        session = await asyncio.wait_for(store.get("s1"), 2.0)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert session is not None and [t.run_id for t in session.turns] == ["r1"]
+
+
+@pytest.mark.parametrize("open_store", ["sqlite", "sqlite-full"], indirect=True)
 async def test_a_sweep_deletes_every_expired_session_in_batches_and_spares_running_ones(
     open_store: OpenStore,
 ) -> None:

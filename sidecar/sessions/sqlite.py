@@ -315,7 +315,8 @@ class SqliteSessionStore:
 
     def _get_sync(self, session_id: str) -> Session | None:
         db = self._conn()
-        with _transaction(db):
+        # Without expiry this only reads: no write lock, so a checkpoint never makes it busy.
+        with _transaction(db, write=self._idle_ttl is not None):
             if self._expire_sync(session_id):
                 return None
             row = db.execute(
@@ -442,12 +443,13 @@ def _upsert_turn(
 
 
 @contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception; nested use is a no-op."""
+def _transaction(db: sqlite3.Connection, write: bool = True) -> Iterator[None]:
+    """BEGIN IMMEDIATE (``write``) or BEGIN … COMMIT, or ROLLBACK on any exception; nested
+    use is a no-op."""
     if db.in_transaction:
         yield
         return
-    db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         yield
     except BaseException:
