@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import openai
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from bench.workload import MODEL, PROMPT, SYSTEM, Mode, openai_tools, run_tool_sync
 
-TOOLS = openai_tools()
+TOOLS = cast(list[ChatCompletionFunctionToolParam], openai_tools())
 
 
 class Contender:
