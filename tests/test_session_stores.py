@@ -23,6 +23,7 @@ from sidecar.llm.model import Usage
 from sidecar.run import StopReason, Turn
 from sidecar.sessions import sqlite as sqlite_store
 from sidecar.sessions.postgres import PostgresSessionStore
+from sidecar.sessions.records import encode_labels, encode_turn
 from sidecar.sessions.sqlite import SqliteSessionStore
 from sidecar.sessions.store import (
     MemorySessionStore,
@@ -321,6 +322,89 @@ async def test_sqlite_work_never_blocks_the_loop_while_another_holds_the_write_l
     assert max(gaps) < 0.1  # the loop kept turning meanwhile
     session = await store.get("s1")
     assert session is not None and [t.run_id for t in session.turns] == ["r1"]
+
+
+# The schema as sidecars before schema 2 wrote it, kept here as history.
+SCHEMA_1 = """
+CREATE TABLE sessions (
+    session_id   TEXT PRIMARY KEY,
+    profile      TEXT NOT NULL,
+    labels       BLOB NOT NULL,
+    create_time  REAL NOT NULL,
+    update_time  REAL NOT NULL,
+    memory       TEXT NOT NULL DEFAULT '',
+    memory_turns INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_by_update_time ON sessions (update_time);
+CREATE TABLE turns (
+    id         INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+    run_id     TEXT NOT NULL,
+    data       BLOB NOT NULL,
+    UNIQUE (session_id, run_id)
+);
+CREATE INDEX turns_by_session ON turns (session_id, id);
+CREATE TABLE pending_turns (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (session_id) ON DELETE CASCADE,
+    run_id     TEXT NOT NULL,
+    input      TEXT NOT NULL,
+    start_time REAL NOT NULL
+);
+PRAGMA user_version=1;
+"""
+
+
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_turns(
+    tmp_path: Path, synchronous: str
+) -> None:
+    path = tmp_path / "sessions.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.executescript(SCHEMA_1)
+    old.execute(
+        "INSERT INTO sessions VALUES ('s1', 'default', ?, 1.0, 2.0, '', 0)", (encode_labels({}),)
+    )
+    for run_id in ("r2", "r1"):  # inserted in this order: the turns' order is the rows'
+        old.execute(
+            "INSERT INTO turns (session_id, run_id, data) VALUES ('s1', ?, ?)",
+            (run_id, encode_turn(_turn(run_id, f"question {run_id}"))),
+        )
+    old.execute("INSERT INTO pending_turns VALUES ('s1', 'r3', 'cut off', 3.0)")
+    old.close()
+
+    store = SqliteSessionStore(path, synchronous=synchronous)
+    await store.open()
+    try:
+        session = await store.get("s1")
+        assert session is not None
+        assert [t.run_id for t in session.turns] == ["r2", "r1", "r3"]
+        assert session.turns[2].stop_reason is StopReason.INTERRUPTED
+        await store.begin_turn("s1", "r4", "after the upgrade", 4.0)
+        with pytest.raises(SessionBusy):
+            await store.begin_turn("s1", "r5", "while r4 runs", 4.0)
+        await store.finish_turn("s1", _turn("r4", "after the upgrade"))
+        session = await store.get("s1")
+        assert session is not None and [t.run_id for t in session.turns][-1] == "r4"
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 2
+    tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert tables["pending_turns"].endswith("WITHOUT ROWID")
+    indexes = [n for (n,) in check.execute("SELECT name FROM sqlite_master WHERE type='index'")]
+    assert "turns_by_session" not in indexes
+    check.close()
+
+
+async def test_a_store_written_by_a_newer_sidecar_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    newer = sqlite3.connect(path, isolation_level=None)
+    newer.executescript(SCHEMA_1.replace("user_version=1", "user_version=99"))
+    newer.close()
+    store = SqliteSessionStore(path)
+    with pytest.raises(SessionStoreError, match="newer sidecar"):
+        await store.open()
+    await store.close()
 
 
 @pytest.mark.parametrize("open_store", ["sqlite", "sqlite-full"], indirect=True)
