@@ -109,17 +109,22 @@ async def test_a_breaker_that_opens_or_closes_is_logged_and_reported(
     for _ in range(3):
         connection.breaker.record_failure(connection.breaker.admit())
     await asyncio.sleep(0.01)
-    connection.breaker.record_success(connection.breaker.admit())  # the trial
+    connection.breaker.record_failure(connection.breaker.admit())  # a failed trial
+    await asyncio.sleep(0.01)
+    connection.breaker.record_success(connection.breaker.admit())  # the next trial
     await connection.channel.close()
     assert [(old, new) for _, old, new in changes] == [
         (BreakerState.CLOSED, BreakerState.OPEN),
         (BreakerState.OPEN, BreakerState.HALF_OPEN),
+        (BreakerState.HALF_OPEN, BreakerState.OPEN),
+        (BreakerState.OPEN, BreakerState.HALF_OPEN),
         (BreakerState.HALF_OPEN, BreakerState.CLOSED),
     ]
     opened = [r for r in caplog.records if r.levelno == logging.WARNING]
+    hidden = "its tools are hidden from the model for 0.001 s"
     assert [r.getMessage() for r in opened] == [
-        "tool server a: circuit breaker open (3 consecutive failures); "
-        "its tools are hidden from the model for 0.001 s"
+        f"tool server a: circuit breaker open (3 consecutive failures); {hidden}",
+        f"tool server a: circuit breaker open (its trial call failed); {hidden}",
     ]
     assert "tool server a: circuit breaker closed" in caplog.messages
 

@@ -78,7 +78,9 @@ class ToolServerConnection:
                 "tool server %s: circuit breaker open (%s); its tools are hidden from the "
                 "model for %g s",
                 name,
-                self.breaker.failure_summary(),
+                "its trial call failed"
+                if old is BreakerState.HALF_OPEN
+                else self.breaker.failure_summary(),
                 self.breaker.policy.reset_timeout,
             )
         else:
