@@ -4,8 +4,8 @@ Since 1.80, gRPC Python does its socket I/O on EventEngine threads, which hand e
 completion to the asyncio loop's thread: about eight thread switches per unary call on
 each side. gRPC's older poller does the I/O on the thread that polls for completions. On a
 two-core machine, one agent run (one ``Run`` call, three tool calls) made the sidecar
-switch threads 14 times instead of 35 and cost it 12–14% less CPU, and the tool server
-4–8% less (``docs/benchmarks.md``, step 6 of the profile, and its ``sidecar_event_engine``
+switch threads 14 times instead of 35 and cost it 12 to 14% less CPU, and the tool server
+4 to 8% less (``docs/benchmarks.md``, step 6 of the profile, and its ``sidecar_event_engine``
 row). Both are gRPC's own code paths, chosen by its ``GRPC_EXPERIMENTS`` variable, which
 gRPC reads once, when it is first imported.
 """
