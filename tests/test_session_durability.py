@@ -8,6 +8,7 @@ replica's turn is never taken; a dead one's is) runs against PostgreSQL alone.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from agentsidecar.v1 import agent_pb2
 
 ANSWERED = agent_pb2.STOP_REASON_ANSWERED
 INTERRUPTED = agent_pb2.STOP_REASON_INTERRUPTED
+CANCELLED = agent_pb2.STOP_REASON_CANCELLED
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +142,38 @@ async def test_a_turn_cut_off_by_sigkill_is_reported_as_interrupted_never_half_w
                 "and hello again",
             ]
             assert not [m for m in sent["messages"] if m["role"] == "tool"]
+
+
+async def test_a_caller_that_leaves_while_its_turn_claims_the_session_leaves_it_free(
+    processes: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    path = tmp_path / "sessions.db"
+    config = _config(processes, sessions={"sqlite": {"path": str(path)}})
+    with sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            await client.wait_ready(20)
+            session_id = (await client.create_session()).session_id
+            # Another connection holds the write lock: the turn's start record waits for it
+            # (on the store's thread) past the caller's deadline.
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                with pytest.raises(grpc.aio.AioRpcError) as left:
+                    await client.run(session_id, "hello there", timeout=0.5)
+                assert left.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            finally:
+                holder.rollback()
+                holder.close()
+
+            # The start record was written after the caller left; the turn is then closed
+            # as cancelled rather than left holding the session.
+            async def cancelled() -> bool:
+                return await _stop_reasons(client, session_id) == [CANCELLED]
+
+            await eventually(cancelled)
+            result = await client.run(session_id, "hello again", timeout=30)
+            assert result.result.stop_reason == ANSWERED
+            assert await _stop_reasons(client, session_id) == [CANCELLED, ANSWERED]
 
 
 async def test_an_idle_session_expires_after_the_configured_time(
