@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from agentsidecar.reflection import enable_reflection
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key, resolve_postgres_dsn
 from sidecar.context.assembler import ContextAssembler
@@ -163,9 +163,7 @@ class Sidecar:
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         address = f"{self.config.server.host}:{self.config.server.port}"

@@ -186,15 +186,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         session = await self._session(request.session_id, context)
         profile = self._loop.profiles[session.profile]
         tools = []
-        for entry in self._loop.session_tools(profile):
-            tool, availability = entry
-            descriptor = agent_pb2.SessionTool(
-                descriptor=tool.descriptor,
+        for tool, availability in self._loop.session_tools(profile):
+            entry = agent_pb2.SessionTool(
+                tool=tool.descriptor,
                 server=tool.server,
                 availability=int(availability),  # type: ignore[arg-type]
             )
-            descriptor.descriptor.name = tool.name
-            tools.append(descriptor)
+            entry.tool.name = tool.name
+            tools.append(entry)
         return agent_pb2.ListSessionToolsResponse(tools=tools)
 
     async def _session(self, session_id: str, context: grpc.aio.ServicerContext) -> Session:

@@ -422,10 +422,10 @@ async def test_a_session_runs_one_turn_at_a_time(client: AgentClient) -> None:
 async def test_session_tools_lists_what_the_profile_allows(client: AgentClient) -> None:
     session = await client.create_session("restricted")
     tools = await client.list_tools(session.session_id)
-    assert [t.descriptor.name for t in tools] == ["slow_read"]
+    assert [t.tool.name for t in tools] == ["slow_read"]
     assert tools[0].server == "scripted"
     assert tools[0].availability == agent_pb2.TOOL_AVAILABILITY_AVAILABLE
-    assert tools[0].descriptor.read_only
+    assert tools[0].tool.read_only
 
 
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:

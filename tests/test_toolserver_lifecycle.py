@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from procs import ServerProcess, spawn
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
@@ -94,18 +94,26 @@ async def test_health_reports_serving_for_the_server_and_the_tool_service(
         assert response.status == SERVING
 
 
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
 async def test_reflection_lists_the_tool_service_health_and_reflection(
-    channel: grpc.aio.Channel,
+    channel: grpc.aio.Channel, version: str
 ) -> None:
-    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    # v1 and v1alpha are the same messages under two names: v1alpha's stub, renamed.
+    method = f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo"
+    call = channel.stream_stream(
+        method,
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
     requests = [reflection_pb2.ServerReflectionRequest(list_services="")]
 
-    responses = [r async for r in stub.ServerReflectionInfo(iter(requests), timeout=WAIT)]
+    responses = [r async for r in call(iter(requests), timeout=WAIT)]
 
     names = {s.name for s in responses[0].list_services_response.service}
     assert names == {
         TOOL_SERVICE,
         "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     }
 

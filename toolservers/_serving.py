@@ -23,8 +23,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
+from agentsidecar.reflection import enable_reflection
 from agentsidecar.v1 import tool_pb2_grpc
 from toolservers._descriptors import list_tools_response
 from toolservers._exceptions import ToolServerError
@@ -64,9 +64,7 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     tool_pb2_grpc.add_ToolServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, _HEALTH_SERVICE, reflection.SERVICE_NAME), server
-    )
+    enable_reflection(server, (SERVICE_NAME, _HEALTH_SERVICE))
     address = f"{_host_literal(options.host)}:{options.port}"
     signals = _Signals()
     try:

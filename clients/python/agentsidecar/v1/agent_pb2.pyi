@@ -518,11 +518,11 @@ class ListSessionToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[SessionTool, _Mapping]]] = ...) -> None: ...
 
 class SessionTool(_message.Message):
-    __slots__ = ("descriptor", "server", "availability")
-    DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("tool", "server", "availability")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
     AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
-    descriptor: _tool_pb2.ToolDescriptor
+    tool: _tool_pb2.ToolDescriptor
     server: str
     availability: ToolAvailability
-    def __init__(self, descriptor: _Optional[_Union[_tool_pb2.ToolDescriptor, _Mapping]] = ..., server: _Optional[str] = ..., availability: _Optional[_Union[ToolAvailability, str]] = ...) -> None: ...
+    def __init__(self, tool: _Optional[_Union[_tool_pb2.ToolDescriptor, _Mapping]] = ..., server: _Optional[str] = ..., availability: _Optional[_Union[ToolAvailability, str]] = ...) -> None: ...

@@ -1,0 +1,61 @@
+"""Start real sidecars, LLM simulators and tool servers in tests: ours and yours.
+
+Every piece runs as its own process on 127.0.0.1, on a free port it announces, the way
+``aiohttp.test_utils`` and ``temporalio.testing`` start real servers for a test::
+
+    from sidecar import testing
+
+    def test_my_service_answers(tmp_path):
+        with testing.example_stack(tmp_path) as stack:
+            my_service = MyService(sidecar_address=stack.sidecar.address)
+            ...
+
+Pieces start one by one too: :func:`simulator`, :func:`tool_server` (an SDK server
+module or script), :func:`sidecar` (from a configuration :func:`sidecar_config`
+builds); each returns a :class:`ServerProcess`, a context manager that stops it with
+SIGTERM. :func:`wait_serving` waits until a sidecar's health says SERVING (it has
+discovered its tool servers).
+
+Tests in other languages start the same stack with the launcher,
+``python -m sidecar.testing``: it prints ``stack {JSON}`` (the addresses), then
+``listening on HOST:PORT`` (the sidecar, SERVING), and runs until SIGTERM, SIGINT or
+the end of its stdin. See ``docs/testing.md``.
+"""
+
+from sidecar.testing._health import wait_serving
+from sidecar.testing._process import (
+    READY_PREFIX,
+    ProcessStartError,
+    ServerProcess,
+    start_process,
+)
+from sidecar.testing._stack import (
+    CLIENT_PROFILES,
+    EXAMPLE_TOOL_SERVERS,
+    SCENARIO,
+    SIMULATOR_MODEL,
+    Stack,
+    example_stack,
+    sidecar,
+    sidecar_config,
+    simulator,
+    tool_server,
+)
+
+__all__ = [
+    "CLIENT_PROFILES",
+    "EXAMPLE_TOOL_SERVERS",
+    "READY_PREFIX",
+    "SCENARIO",
+    "SIMULATOR_MODEL",
+    "ProcessStartError",
+    "ServerProcess",
+    "Stack",
+    "example_stack",
+    "sidecar",
+    "sidecar_config",
+    "simulator",
+    "start_process",
+    "tool_server",
+    "wait_serving",
+]
