@@ -7,8 +7,16 @@ BUF    := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
 
+# Each client language and the chart add their targets in mk/NAME.mk, appending to
+# CLIENT_GEN (generate committed code), CLIENT_CHECK (fail when it drifts) and
+# CLIENT_TEST (build and test against a real sidecar).
+CLIENT_GEN :=
+CLIENT_CHECK :=
+CLIENT_TEST :=
+-include mk/*.mk
+
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context latency-bill postgres
+	bench-telemetry bench-context latency-bill postgres clients clients-test
 
 install: $(VENV)/.installed
 
@@ -93,8 +101,14 @@ lint: install buf-lint
 pytest: install $(BUF) postgres
 	$(PY) -m pytest -q
 
-## test: every check: generated code, lint, types, the test suite.
-test: proto-check lint pytest
+## clients: generate every client's committed code from protos/.
+clients: proto $(CLIENT_GEN)
+
+## clients-test: build every client and test it against a real sidecar.
+clients-test: $(CLIENT_CHECK) $(CLIENT_TEST)
+
+## test: every check: generated code, lint, types, the test suite, the clients.
+test: proto-check lint pytest clients-test
 
 clean:
 	rm -rf $(VENV) .tools .gen-check .pytest_cache .mypy_cache .ruff_cache
