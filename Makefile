@@ -34,7 +34,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 ## bench: the benchmark against the peers; writes docs/benchmarks.md (several minutes).
 bench: install-bench
-	$(PY) -m bench.run
+	$(PY) -m bench.peers
 
 ## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes
 ## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
@@ -58,7 +58,7 @@ postgres:
 
 ## bench-context: a 50-turn session with the context window on and off (about 30 s).
 bench-context: install-bench
-	$(PY) bench/context_window.py
+	$(PY) -m bench.micro.context_window
 
 $(BUF):
 	mkdir -p .tools
@@ -66,15 +66,15 @@ $(BUF):
 
 ## demo: start the example tool servers and run the agent demo end to end.
 demo: install
-	$(PY) -m sidecar.cli demo
+	$(PY) -m sidecar demo
 
 ## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
 bench-telemetry: install
-	$(PY) bench/telemetry_overhead.py
+	$(PY) -m bench.micro.telemetry_overhead
 
 ## latency-bill: log demo runs, print their latency bill, chart it to docs/latency-bill.png.
 latency-bill: install
-	$(PY) bench/latency_bill.py
+	$(PY) -m bench.micro.latency_bill
 
 ## proto: regenerate the Python code from protos/.
 proto: install

@@ -1,10 +1,10 @@
 """The benchmarks' processes: the LLM simulator, tool servers, sidecars, contender workers.
 
-Each server is its own process on 127.0.0.1, usually started on port 0; every server
-prints ``listening on HOST:PORT`` once it accepts connections (the sidecar prints
-``metrics on HOST:PORT`` first when metrics are on), and that is how its address is
-learned. A ``Server`` is stopped with SIGTERM by ``stop()`` or at the end of its
-``with`` block.
+Servers start through ``sidecar.testing`` (each its own process on 127.0.0.1, usually on
+port 0, its address read from the ``listening on HOST:PORT`` line it prints); a
+``ServerProcess`` is stopped with SIGTERM by ``stop()`` or at the end of its ``with``
+block. Benchmark servers run from the repository root, send stderr to a log file or
+nowhere, and never see a ``GROQ_API_KEY``.
 """
 
 from __future__ import annotations
@@ -12,148 +12,60 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
+from sidecar.testing import ServerProcess, start_process
+
 ROOT = Path(__file__).resolve().parent.parent
-READY = "listening on "
 
 
-class Server:
-    """A server process that announced ``listening on HOST:PORT``."""
+def start(
+    *args: str,
+    log: Path | None = None,
+    timeout: float = 60.0,
+    source: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> ServerProcess:
+    """Start ``python ARGS...`` and wait up to ``timeout`` seconds for its address.
 
-    def __init__(
-        self,
-        *args: str,
-        log: Path | None = None,
-        timeout: float = 60.0,
-        source: Path | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        """Start ``python ARGS...`` and wait up to ``timeout`` seconds for its address.
-
-        Its stderr goes to ``log`` (appended) or nowhere; the lines it printed before
-        the address are kept in ``preamble``. ``source`` runs the code of another source
-        tree (an older release, say) instead of this one; ``env`` adds to this process's
-        environment. The process never sees a ``GROQ_API_KEY``.
-        """
-        env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1", GROQ_API_KEY="")
-        if source is not None:
-            env["PYTHONPATH"] = f"{source}{os.pathsep}{source / 'clients' / 'python'}"
-        with open(log, "a") if log is not None else open(os.devnull, "w") as stderr:
-            self.popen = subprocess.Popen(
-                [sys.executable, *args],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=source or ROOT,
-            )
-        self.preamble: list[str] = []
-        self.address = self._await_address(args, timeout)
-
-    def _await_address(self, args: tuple[str, ...], timeout: float) -> str:
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        selector = selectors.DefaultSelector()
-        selector.register(fd, selectors.EVENT_READ)
-        pending = b""
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if not selector.select(deadline - time.monotonic()):
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise RuntimeError(f"{' '.join(args)} exited before listening")
-                pending += chunk
-                while b"\n" in pending:
-                    raw, pending = pending.split(b"\n", 1)
-                    line = raw.decode()
-                    if line.startswith(READY):
-                        return line[len(READY) :].strip()
-                    self.preamble.append(line)
-        finally:
-            selector.close()
-        self.kill()
-        raise RuntimeError(f"{' '.join(args)} printed no address within {timeout}s")
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU the process has used so far."""
-        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime
-        return ticks / os.sysconf("SC_CLK_TCK")
-
-    def rss_mib(self) -> float:
-        """Peak resident memory so far (VmHWM), in MiB."""
-        return self._status_mib("VmHWM:")
-
-    def current_rss_mib(self) -> float:
-        """Resident memory now (VmRSS), in MiB."""
-        return self._status_mib("VmRSS:")
-
-    def _status_mib(self, key: str) -> float:
-        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-    def kill(self) -> None:
-        """SIGKILL the process and reap it."""
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait()
-
-    def stop(self) -> None:
-        """SIGTERM the process and reap it (SIGKILL after 15 s)."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+    Its stderr goes to ``log`` (appended) or nowhere. ``source`` runs the code of another
+    source tree (an older release, say) instead of this one; ``env`` adds to this
+    process's environment.
+    """
+    env = {**(env or {}), "GROQ_API_KEY": ""}
+    if source is not None:
+        env["PYTHONPATH"] = f"{source}{os.pathsep}{source / 'clients' / 'python'}"
+    with open(log, "a") if log is not None else open(os.devnull, "w") as stderr:
+        return start_process(args, env=env, cwd=source or ROOT, stderr=stderr, timeout=timeout)
 
 
-def simulator(*flags: str) -> Server:
+def _sidecar_module(source: Path | None) -> str:
+    """``python -m`` target of the sidecar in ``source`` (older trees had no ``__main__``)."""
+    tree = source or ROOT
+    return "sidecar" if (tree / "sidecar" / "__main__.py").exists() else "sidecar.cli"
+
+
+def simulator(*flags: str) -> ServerProcess:
     """The LLM simulator (instant unless latency flags say otherwise)."""
-    return Server("-m", "sidecar.llm.simulator", "--port", "0", *flags)
+    return start("-m", "llmsim", "--port", "0", *flags)
 
 
-def shop(tool_ms: dict[str, float]) -> Server:
+def shop(tool_ms: dict[str, float]) -> ServerProcess:
     """The example shop tool server, with simulated handler latency per tool."""
     latency = [f for name, ms in tool_ms.items() if ms for f in ("--latency", f"{name}={ms:g}")]
-    return Server("-m", "toolservers.examples.shop", "--port", "0", *latency)
+    return start("-m", "toolservers.examples.shop", "--port", "0", *latency)
 
 
-def tool_server(name: str, latency_ms: float, *flags: str) -> Server:
+def tool_server(name: str, latency_ms: float, *flags: str) -> ServerProcess:
     """One of the example tool servers, with the same simulated latency for every tool."""
-    return Server(
+    return start(
         "-m",
         f"toolservers.examples.{name}",
         "--port",
@@ -167,14 +79,14 @@ def tool_server(name: str, latency_ms: float, *flags: str) -> Server:
 
 
 def sidecar(
-    sim: Server,
-    tools: list[tuple[str, Server]],
+    sim: ServerProcess,
+    tools: list[tuple[str, ServerProcess]],
     workdir: Path,
     transport: str = "direct",
     store: str = "sqlite",
     profiles: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
-) -> Server:
+) -> ServerProcess:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
     gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
     ``env`` adds to its environment."""
@@ -195,13 +107,13 @@ def sidecar(
         if profiles is not None:
             config["profiles"] = profiles
         yaml.safe_dump(config, config_file)
-    return Server("-m", "sidecar.cli", "serve", "--config", config_file.name, env=env)
+    return start("-m", "sidecar", "serve", "--config", config_file.name, env=env)
 
 
 @contextlib.contextmanager
 def configured_sidecar(
-    sim: Server, tools: dict[str, Server], source: Path | None = None, **sections: Any
-) -> Iterator[Server]:
+    sim: ServerProcess, tools: dict[str, ServerProcess], source: Path | None = None, **sections: Any
+) -> Iterator[ServerProcess]:
     """A sidecar against ``sim`` and ``tools`` for a ``with`` block; ``sections`` are extra
     config sections, ``source`` another source tree to run. Its config and its SQLite
     session store live in a temporary directory, removed once it has stopped."""
@@ -216,17 +128,19 @@ def configured_sidecar(
         config.setdefault("sessions", {"sqlite": {"path": f"{workdir}/sessions.db"}})
         path = Path(workdir) / "sidecar.yaml"
         path.write_text(yaml.safe_dump(config))
-        with Server("-m", "sidecar.cli", "serve", "--config", str(path), source=source) as server:
+        with start(
+            "-m", _sidecar_module(source), "serve", "--config", str(path), source=source
+        ) as server:
             yield server
 
 
 class Worker:
-    """A contender process (``bench.worker``) that runs batches on command."""
+    """A contender process (``bench.peers.worker``) that runs batches on command."""
 
     def __init__(self, name: str, module: str | None = None) -> None:
         self.name = name
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", module or name],
+            [sys.executable, "-m", "bench.peers.worker", module or name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

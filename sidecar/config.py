@@ -22,11 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from sidecar.errors import ConfigError
+
 GROQ_BASE_URL = "https://api.groq.com/openai/v1"
-
-
-class ConfigError(Exception):
-    """The configuration file is missing, unreadable or invalid."""
 
 
 class _Strict(BaseModel):

@@ -19,12 +19,18 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from otlp_receiver import otlp_receiver
-from pg import MISSING, PostgresServer, create_database, drop_database, server_binaries
-from procs import spawn
-from stack import SimControl, scripted_toolserver, sidecar, sidecar_config, simulator
 
 from agentsidecar.client import AgentClient
+from sidecar.testing import start_process
+from tests.support.otlp import otlp_receiver
+from tests.support.pg import (
+    MISSING,
+    PostgresServer,
+    create_database,
+    drop_database,
+    server_binaries,
+)
+from tests.support.stack import SimControl, scripted_toolserver, sidecar, sidecar_config, simulator
 
 PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
 TOOLS_100MS = {"tools": 0.1}
@@ -36,7 +42,7 @@ def observed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     log = tmp / "timeline.jsonl"
     with otlp_receiver() as receiver, simulator() as sim, scripted_toolserver() as tools:
         traced = ["--otlp-endpoint", receiver.address, "--log-level", "WARNING"]
-        shop = spawn(
+        shop = start_process(
             ["-m", "toolservers.examples.shop", "--port", "0", *traced],
             env={"OTEL_BSP_SCHEDULE_DELAY": "50"},  # export within 50 ms
         )

@@ -8,9 +8,9 @@ from typing import Any
 
 from sidecar.config import ProfileConfig
 from sidecar.context.memory import MemoryKeeper
-from sidecar.context.tokens import tokens_of, tokens_of_size
+from sidecar.context.tokens import tokens_of
 from sidecar.context.window import Window, WindowPolicy
-from sidecar.sessions.store import Session
+from sidecar.types import Session, tokens_of_size
 
 
 class ContextAssembler:

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sidecar.context.trim import cap
-from sidecar.llm.model import Model, ModelError, ModelRequest, Usage
-from sidecar.run import StopReason, Turn
-from sidecar.sessions.store import Session, SessionStore
+from sidecar.errors import ModelError
+from sidecar.llm.model import Model, ModelRequest
+from sidecar.sessions.store import SessionStore
+from sidecar.types import Session, StopReason, Turn, Usage
 
 log = logging.getLogger(__name__)
 

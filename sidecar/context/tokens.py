@@ -13,12 +13,9 @@ from typing import Any
 
 import orjson
 
-CHARS_PER_TOKEN = 4
+from sidecar.types import CHARS_PER_TOKEN, tokens_of_size
 
-
-def tokens_of_size(chars: int) -> int:
-    """Estimated tokens of ``chars`` characters (or UTF-8 bytes) of text."""
-    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+__all__ = ["CHARS_PER_TOKEN", "tokens_of", "tokens_of_messages", "tokens_of_size"]
 
 
 def tokens_of(value: Any) -> int:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.config import ContextConfig
-from sidecar.context.tokens import tokens_of, tokens_of_messages, tokens_of_size
+from sidecar.context.tokens import tokens_of, tokens_of_messages
 from sidecar.context.trim import cap
-from sidecar.run import Turn
+from sidecar.types import Turn, tokens_of_size
 
 MEMORY_PREFIX = "Memory of the earlier conversation (a summary; those turns are not shown):\n"
 

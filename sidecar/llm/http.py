@@ -24,13 +24,11 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from sidecar.errors import HttpError
+
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """A response body larger than this is refused (an endpoint gone wrong, not a model)."""
 _PAUSE_BYTES = 1024 * 1024  # unread bytes at which reading pauses until the reader catches up
-
-
-class HttpError(Exception):
-    """The exchange failed below HTTP status level: connect, connection lost, bad response."""
 
 
 class _StaleConnection(HttpError):

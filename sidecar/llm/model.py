@@ -1,8 +1,7 @@
 """The seam in front of the model: what the loop asks for and what it gets back.
 
-The loop knows only :class:`Model`; the OpenAI-compatible client sits behind it.
-
-Exceptions::
+The loop knows only :class:`Model`; the OpenAI-compatible client sits behind it. A
+failed call raises the :class:`~sidecar.errors.ModelError` tree (``sidecar.errors``)::
 
     ModelError                    the model could not produce a response
     ├── ModelRequestRejected      a 4xx other than 429: retrying the same request won't help
@@ -16,37 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-
-@dataclass(slots=True)
-class ToolCall:
-    """One tool call the model asked for. ``arguments`` is the model's JSON text, untouched."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(slots=True)
-class Usage:
-    """Token counts of one or more model calls."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.cached_prompt_tokens += other.cached_prompt_tokens
-
-
-@dataclass(slots=True)
-class ProviderTiming:
-    """The provider's own account of a call, in seconds, when it reports one (Groq does)."""
-
-    queue_time: float | None = None
-    prompt_time: float | None = None
-    completion_time: float | None = None
+from sidecar.types import ProviderTiming, ToolCall, Usage
 
 
 @dataclass(slots=True)
@@ -77,53 +46,6 @@ class ModelRequest:
     tool_choice: str | None = None
     """When set, sent as ``tool_choice`` (``"none"``: the tools stay in the prompt, so its
     prefix stays cacheable, but the model may not call them)."""
-
-
-class ModelError(Exception):
-    """The model could not produce a response.
-
-    Attributes:
-        code: a stable machine-readable code (``model_rate_limited``, ``model_bad_request``…).
-        retryable: whether the same request may succeed later.
-        status: the HTTP status, when there was one.
-        retry_after: seconds the provider asked us to wait before retrying, when it said.
-    """
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.retryable = retryable
-        self.status = status
-        self.retry_after = retry_after
-
-
-class ModelRequestRejected(ModelError):
-    """The provider rejected the request (4xx other than 429)."""
-
-
-class ToolUseFailed(ModelRequestRejected):
-    """The model produced a tool call the provider could not parse.
-
-    Attributes:
-        failed_generation: the model's raw output, for the repair round.
-    """
-
-    def __init__(self, message: str, failed_generation: str):
-        super().__init__("model_tool_use_failed", message, retryable=False, status=400)
-        self.failed_generation = failed_generation
-
-
-class ModelUnavailable(ModelError):
-    """The provider did not answer usefully within the retries and the time allowed."""
 
 
 TextSink = Callable[[str], None]

@@ -22,18 +22,10 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from sidecar.config import ModelRetryPolicy
-from sidecar.llm.model import (
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ModelUnavailable,
-    ProviderTiming,
-    TextSink,
-    ToolCall,
-    ToolCallSink,
-    Usage,
-)
+from sidecar.errors import ModelError, ModelUnavailable
+from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
+from sidecar.types import ProviderTiming, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,14 @@ import httpx2
 import openai
 import orjson
 
-from sidecar.llm.http import HttpClient, HttpError, Response
-from sidecar.llm.model import ModelError, ModelRequestRejected, ModelUnavailable, ToolUseFailed
+from sidecar.errors import (
+    HttpError,
+    ModelError,
+    ModelRequestRejected,
+    ModelUnavailable,
+    ToolUseFailed,
+)
+from sidecar.llm.http import HttpClient, Response
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 498, 500, 502, 503, 504})
 _REJECTED_CODES = {

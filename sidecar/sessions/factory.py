@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from sidecar.config import SessionsConfig
-from sidecar.sessions.store import MemorySessionStore, SessionStore, SessionStoreError
+from sidecar.errors import SessionStoreError
+from sidecar.sessions.store import MemorySessionStore, SessionStore
 
 
 def store_from_config(config: SessionsConfig, *, postgres_dsn: str | None) -> SessionStore:

@@ -10,9 +10,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.context.tokens import tokens_of_size
-from sidecar.llm.model import Usage
-from sidecar.run import StopReason, Turn
+from sidecar.types import StopReason, Turn, Usage, tokens_of_size
 
 
 def encode_turn(turn: Turn) -> bytes:

@@ -40,17 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sidecar.run import Turn
+from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
-from sidecar.sessions.store import (
-    Session,
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    SessionStoreError,
-    interrupted_turn,
-)
+from sidecar.sessions.store import interrupted_turn
 from sidecar.sessions.upkeep import Periodic
+from sidecar.types import Session, Turn
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

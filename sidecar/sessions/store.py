@@ -15,7 +15,7 @@ The turn protocol, the same for every store:
    ``STOP_REASON_INTERRUPTED`` (each store says how it knows the process died). A turn is
    never half-written and never silently dropped.
 
-Exceptions::
+Exceptions (``sidecar.errors``)::
 
     SessionStoreError        the store cannot be used (unreachable, locked, too new)
     SessionExists            create: the id is taken
@@ -28,48 +28,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from sidecar.run import StopReason, Turn
-
-
-class SessionStoreError(Exception):
-    """The session store cannot be used; the message says why and what to do."""
-
-
-class SessionExists(Exception):
-    """A session with that id already exists."""
-
-
-class SessionNotFound(Exception):
-    """No such session (never created, deleted, or expired)."""
-
-
-class SessionBusy(Exception):
-    """Another run holds the session; runs of one session never overlap."""
-
-
-@dataclass(slots=True)
-class Session:
-    """One conversation under one agent profile, as loaded from its store."""
-
-    session_id: str
-    profile: str
-    labels: dict[str, str]
-    create_time: float
-    update_time: float
-    turns: list[Turn] = field(default_factory=list)
-    """Finished and interrupted turns, oldest first."""
-    memory: str = ""
-    """The long-term memory the model summarised older turns into; empty when none."""
-    memory_turns: int = 0
-    """How many of the oldest turns ``memory`` covers."""
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The whole conversation as model messages (no system prompt), oldest first."""
-        return [m for t in self.turns for m in t.messages]
+from sidecar.errors import SessionBusy, SessionExists, SessionNotFound
+from sidecar.types import Session, StopReason, Turn
 
 
 def interrupted_turn(run_id: str, user_input: str, start_time: float, noticed: float) -> Turn:

@@ -17,17 +17,17 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
+from sidecar.agent.cost import PriceTable
 from sidecar.config import SidecarConfig
-from sidecar.cost import PriceTable
-from sidecar.llm.model import ModelError
-from sidecar.run import Clock, RunOutcome, StopReason
+from sidecar.errors import ModelError, TelemetryUnavailable
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.timeline_log import TimelineLog, run_record
+from sidecar.types import Clock, RunOutcome, StopReason
 
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace, Tracing
 
-__all__ = ["Telemetry", "TelemetryUnavailable", "own_version"]
+__all__ = ["Telemetry", "own_version"]
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,6 @@ def own_version() -> str:
         return version("agent-sidecar")
     except PackageNotFoundError:
         return "unknown"
-
-
-class TelemetryUnavailable(Exception):
-    """Telemetry is configured but cannot start (a missing package, an unwritable log)."""
 
 
 class Telemetry:

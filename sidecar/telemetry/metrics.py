@@ -19,8 +19,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from sidecar.budget import BudgetOverrun
-from sidecar.run import (
+from sidecar.types import (
+    BreakerState,
+    BudgetOverrun,
     ModelCallDetail,
     RunOutcome,
     StageKind,
@@ -28,7 +29,6 @@ from sidecar.run import (
     ToolCallDetail,
     ToolCallStatus,
 )
-from sidecar.tools.breaker import BreakerState
 
 __all__ = ["UNKNOWN_TOOL", "Metrics"]
 

@@ -36,8 +36,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.llm.model import Usage
-from sidecar.run import ModelCallDetail, RunOutcome, Stage, StopReason, ToolCallDetail
+from sidecar.types import ModelCallDetail, RunOutcome, Stage, StopReason, ToolCallDetail, Usage
 
 __all__ = ["TimelineLog", "run_record", "stage_record"]
 

@@ -44,7 +44,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar.config import TracingConfig
-from sidecar.run import (
+from sidecar.telemetry import own_version
+from sidecar.types import (
     Clock,
     ModelCallDetail,
     RunOutcome,
@@ -53,7 +54,6 @@ from sidecar.run import (
     ToolCallStatus,
     ToolOutcome,
 )
-from sidecar.telemetry import own_version
 
 __all__ = ["RunTrace", "ToolSpan", "Tracing"]
 

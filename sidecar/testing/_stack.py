@@ -24,7 +24,7 @@ __all__ = [
     "tool_server",
 ]
 
-SIMULATOR_MODULE = "sidecar.llm.simulator"
+SIMULATOR_MODULE = "llmsim"
 SIDECAR_MODULE = "sidecar"
 SIMULATOR_MODEL = "llm-simulator"
 """The model name test sidecars send to the simulator (it echoes any name)."""
@@ -64,7 +64,7 @@ def tool_server(target: str, *flags: str, **kwargs: Any) -> ServerProcess:
 
 def sidecar_config(
     simulator_address: str,
-    tool_servers: Mapping[str, str],
+    tool_servers: Mapping[str, str] | Sequence[Mapping[str, Any]],
     *,
     profiles: Mapping[str, Any] | None = None,
     **sections: Any,
@@ -73,8 +73,9 @@ def sidecar_config(
 
     Args:
         simulator_address: ``HOST:PORT`` of the LLM simulator.
-        tool_servers: Tool server name to ``HOST:PORT``, in the order the sidecar lists
-            their tools.
+        tool_servers: Tool server name to ``HOST:PORT``, or whole ``tool_servers``
+            entries (with ``timeout``, ``retry``, ``breaker`` ...), in the order the
+            sidecar lists their tools.
         profiles: The agent profiles; unset: one ``default`` profile.
         sections: More top-level sections (``telemetry``, ``sessions`` ...); replace
             the ones built here.
@@ -86,7 +87,9 @@ def sidecar_config(
             "model": SIMULATOR_MODEL,
         },
         "profiles": dict(profiles or {"default": {}}),
-        "tool_servers": [{"name": n, "address": a} for n, a in tool_servers.items()],
+        "tool_servers": [{"name": n, "address": a} for n, a in tool_servers.items()]
+        if isinstance(tool_servers, Mapping)
+        else [dict(s) for s in tool_servers],
     }
     config.update(sections)
     return config

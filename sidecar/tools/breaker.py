@@ -52,7 +52,6 @@ Exceptions::
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import time
 from collections import deque
@@ -61,13 +60,10 @@ from dataclasses import dataclass
 
 import pybreaker
 
-__all__ = [
-    "BreakerOpenError",
-    "BreakerPolicy",
-    "BreakerState",
-    "CircuitBreaker",
-    "Permit",
-]
+from sidecar.errors import BreakerOpenError
+from sidecar.types import BreakerState
+
+__all__ = ["BreakerPolicy", "CircuitBreaker", "Permit"]
 
 _log = logging.getLogger(__name__)
 
@@ -111,45 +107,11 @@ class BreakerPolicy:
             )
 
 
-class BreakerState(enum.Enum):
-    """Where a breaker is in its cycle."""
-
-    CLOSED = "closed"
-    """Calls flow; consecutive failures are counted."""
-    OPEN = "open"
-    """Every call is refused until the reset timeout has elapsed."""
-    HALF_OPEN = "half_open"
-    """One trial call is admitted; its outcome closes or re-opens the breaker."""
-
-
 _FROM_PYBREAKER = {
     pybreaker.STATE_CLOSED: BreakerState.CLOSED,
     pybreaker.STATE_OPEN: BreakerState.OPEN,
     pybreaker.STATE_HALF_OPEN: BreakerState.HALF_OPEN,
 }
-
-
-class BreakerOpenError(Exception):
-    """A call was refused by a circuit breaker; nothing was sent to the tool server.
-
-    Attributes:
-        breaker_name: The refusing breaker's name (the tool server it guards).
-        state: ``OPEN`` while the reset timeout runs; ``HALF_OPEN`` while a trial is in flight.
-        retry_after: Seconds until a trial call may be admitted. While open, the time left of
-            the reset timeout. While a trial is in flight, 0.0: there is no timer to wait
-            out, the trial's outcome decides (a success closes the breaker, a failure opens
-            it for another ``reset_timeout``).
-    """
-
-    def __init__(self, breaker_name: str, state: BreakerState, retry_after: float) -> None:
-        self.breaker_name = breaker_name
-        self.state = state
-        self.retry_after = retry_after
-        if state is BreakerState.OPEN:
-            detail = f"open; a trial call is allowed in {retry_after:.3f}s"
-        else:
-            detail = "half-open and its trial call is still in flight"
-        super().__init__(f"circuit breaker {breaker_name!r} is {detail}")
 
 
 class Permit:

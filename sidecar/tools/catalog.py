@@ -25,14 +25,11 @@ import orjson
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.context.trim import FieldTree, field_tree
+from sidecar.errors import ArgumentsInvalid
 
 log = logging.getLogger(__name__)
 
 _FORMATTER = string.Formatter()
-
-
-class ArgumentsInvalid(Exception):
-    """A call's arguments are not valid for its tool; the message is written for the model."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 from sidecar.config import ToolServerConfig
-from sidecar.tools.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from sidecar.tools.breaker import BreakerPolicy, CircuitBreaker
+from sidecar.types import BreakerState
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,11 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 from agentsidecar.v1 import tool_pb2
 from sidecar.config import RetryPolicy
 from sidecar.context.trim import ResultTrimmer
-from sidecar.llm.model import ToolCall
-from sidecar.run import Clock, EventSink, ToolCallStatus, ToolOutcome
-from sidecar.tools.breaker import BreakerOpenError
-from sidecar.tools.catalog import ArgumentsInvalid, CatalogTool, ToolCatalog
+from sidecar.errors import ArgumentsInvalid, BreakerOpenError
+from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.result_cache import ResultCache
+from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcome
 
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace

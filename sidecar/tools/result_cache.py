@@ -31,9 +31,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from sidecar.llm.model import ToolCall
-from sidecar.run import CacheResult, Clock, ToolCallStatus, ToolOutcome
 from sidecar.tools.catalog import CatalogTool
+from sidecar.types import CacheResult, Clock, ToolCall, ToolCallStatus, ToolOutcome
 
 log = logging.getLogger(__name__)
 

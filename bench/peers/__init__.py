@@ -1,0 +1,1 @@
+"""The benchmark against the peers: ``python -m bench.peers`` (``make bench``)."""

@@ -1,0 +1,385 @@
+"""Run the benchmark: every contender, the same workload, the same simulator, one run.
+
+``python -m bench.peers`` (or ``make bench``) starts the LLM simulators, the tool servers,
+the sidecars and one long-lived process per contender, then repeats each scenario
+``--repeats`` times with the contenders interleaved (the order rotates every round, so
+machine drift hits all alike). It writes the raw samples to ``bench/results/latest.json``
+and the report (tables, targets, charts) to ``docs/benchmarks.md`` and ``docs/img/``.
+
+Scenarios (one user turn = 2 model calls, the first asking for 3 parallel tool calls):
+
+- zero latency, concurrency 1 and 32: runs/s and CPU per run of the contender's process
+  (for the sidecar: the sidecar's process; its client is reported apart);
+- realistic (model 50 ms per call, tools 30/20/10 ms), concurrency 1 and 32: latency at
+  the calling client and overhead = latency - 130 ms (the ideal critical path);
+- fan-out: 1 to 32 parallel 20 ms tools in one step through the sidecar;
+- streaming: time to the first text delta through the sidecar against a direct stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from bench import processes
+from bench.peers import report
+from bench.workload import PROMPT, REALISTIC, ZERO
+from sidecar.testing import ServerProcess
+
+CONTENDERS = (
+    "sidecar",
+    "sidecar_memory",
+    "sidecar_sdk",
+    "sidecar_event_engine",
+    "floor",
+    "textbook",
+    "textbook_threads",
+    "langgraph_react",
+    "langchain_agent",
+    "openai_agents",
+)
+FANOUT = (1, 2, 4, 8, 16, 32)
+FANOUT_TOOL_MS = 20.0
+EARLY_TOKEN_MS = 5.0
+
+
+def _scenarios(quick: bool) -> list[dict[str, Any]]:
+    scale = 0.25 if quick else 1.0
+    return [
+        {"name": "zero-c1", "mode": ZERO, "concurrency": 1, "runs": int(200 * scale)},
+        {"name": "zero-c32", "mode": ZERO, "concurrency": 32, "runs": int(640 * scale)},
+        {"name": "realistic-c1", "mode": REALISTIC, "concurrency": 1, "runs": int(20 * scale)},
+        {"name": "realistic-c32", "mode": REALISTIC, "concurrency": 32, "runs": int(320 * scale)},
+    ]
+
+
+class Stack:
+    """Every process of the run."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.sims = {
+            "zero": processes.simulator(),
+            "realistic": processes.simulator("--ttft-ms", str(REALISTIC.model_ms)),
+        }
+        self.shops = {
+            "zero": processes.shop(ZERO.tool_ms),
+            "realistic": processes.shop(REALISTIC.tool_ms),
+        }
+        # One sidecar per mode and variant: "sidecar" is the default configuration (model
+        # requests straight through aiohttp, sessions in SQLite); "sidecar_memory" keeps
+        # sessions in memory (what durability costs); "sidecar_sdk" sends model requests
+        # through openai.AsyncOpenAI (what the direct transport saves);
+        # "sidecar_event_engine" keeps gRPC's default I/O (what agentsidecar.grpc_io saves).
+        variants: dict[str, tuple[str, str, dict[str, str]]] = {
+            "sidecar": ("direct", "sqlite", {}),
+            "sidecar_memory": ("direct", "memory", {}),
+            "sidecar_sdk": ("sdk", "sqlite", {}),
+            "sidecar_event_engine": ("direct", "sqlite", {"GRPC_EXPERIMENTS": ""}),
+        }
+        self.sidecars = {
+            (name, mode): processes.sidecar(
+                self.sims[mode],
+                [("shop", self.shops[mode])],
+                workdir,
+                transport=transport,
+                store=store,
+                env=env,
+            )
+            for name, (transport, store, env) in variants.items()
+            for mode in self.sims
+        }
+        self.workers = {
+            name: processes.Worker(name, module="sidecar" if name.startswith("sidecar") else name)
+            for name in CONTENDERS
+        }
+
+    def sidecar(self, contender: str, mode: str) -> ServerProcess | None:
+        return self.sidecars.get((contender, mode))
+
+    def target(self, contender: str, mode: str) -> str:
+        sidecar = self.sidecar(contender, mode)
+        if sidecar is not None:
+            return sidecar.address
+        return f"http://{self.sims[mode].address}/openai/v1"
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        for group in (self.sidecars, self.shops, self.sims):
+            for server in group.values():
+                server.stop()
+
+
+def _batch(stack: Stack, contender: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    mode = scenario["mode"].name
+    worker = stack.workers[contender]
+    target = stack.target(contender, mode)
+    command = {"mode": mode, "target": target, "concurrency": scenario["concurrency"]}
+    warmup = max(scenario["concurrency"], 10)
+    worker.command(op="prepare", runs=warmup, **command)
+    worker.command(op="batch", runs=warmup, **command)  # warm connections and caches
+    worker.command(op="prepare", runs=scenario["runs"], **command)
+    sidecar = stack.sidecar(contender, mode)
+    cpu0 = sidecar.cpu_seconds() if sidecar else 0.0
+    result = worker.command(op="batch", runs=scenario["runs"], **command)
+    if sidecar is not None:
+        result["client_cpu_s"] = result["cpu_s"]
+        result["cpu_s"] = sidecar.cpu_seconds() - cpu0
+    return result
+
+
+async def _fanout(address: str, runs: int) -> dict[str, list[float]]:
+    stages: dict[str, list[float]] = {str(n): [] for n in FANOUT}
+    async with AgentClient(address) as client:
+        await client.wait_ready()
+        for _ in range(runs):
+            for n in FANOUT:
+                session = await client.create_session()
+                response = await client.run(session.session_id, f"fanout {n}", timeout=30)
+                calls = [
+                    s
+                    for s in response.result.timeline.stages
+                    if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL
+                ]
+                if len(calls) != n:
+                    raise RuntimeError(f"fanout {n}: {len(calls)} tool calls")
+                start = min(_s(c.start_offset) for c in calls)
+                end = max(_s(c.start_offset) + _s(c.duration) for c in calls)
+                stages[str(n)].append((end - start) * 1000)
+    return stages
+
+
+async def _streaming(sidecar: str, sim: str, runs: int) -> dict[str, list[float]]:
+    prompt = "tell me a short story"
+    samples: dict[str, list[float]] = {"sidecar": [], "direct": []}
+    body = orjson.dumps(
+        {
+            "model": "bench-model",
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+        }
+    )
+    async with AgentClient(sidecar) as client, aiohttp.ClientSession() as http:
+        await client.wait_ready()
+        for _ in range(runs):
+            session = await client.create_session()
+            start = time.perf_counter()
+            async for event in client.stream(session.session_id, prompt, timeout=30):
+                if event.WhichOneof("event") == "text_delta":
+                    samples["sidecar"].append((time.perf_counter() - start) * 1000)
+                    break
+            start = time.perf_counter()
+            url = f"http://{sim}/openai/v1/chat/completions"
+            async with http.post(
+                url, data=body, headers={"content-type": "application/json"}
+            ) as response:
+                async for line in response.content:
+                    if b'"content":"' in line and b'"content":""' not in line:
+                        samples["direct"].append((time.perf_counter() - start) * 1000)
+                        break
+    return samples
+
+
+async def _early_dispatch(address: str, runs: int) -> dict[str, list[float]]:
+    """The workload through StreamRun, the model's answer streamed a fragment every
+    5 ms: end-to-end latency with early dispatch on, and off (profile ``no_early``)."""
+    samples: dict[str, list[float]] = {"on": [], "off": []}
+    async with AgentClient(address) as client:
+        await client.wait_ready()
+        for _ in range(runs):
+            for label, profile in (("on", "default"), ("off", "no_early")):
+                session = await client.create_session(profile)
+                start = time.perf_counter()
+                async for event in client.stream(session.session_id, PROMPT, timeout=30):
+                    if event.WhichOneof("event") == "run_finished":
+                        if event.run_finished.tool_calls != 3:
+                            raise RuntimeError(f"unexpected run: {event.run_finished}")
+                samples[label].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+async def _wakeup(sim: str, runs: int) -> dict[str, list[float]]:
+    """A zero-latency simulator round trip back to back, and after 50 ms asleep: what
+    waking a sleeping process costs on this machine, paid by every contender."""
+    body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "hi"}]})
+    url = f"http://{sim}/openai/v1/chat/completions"
+    samples: dict[str, list[float]] = {"back to back": [], "after 50 ms asleep": []}
+    async with aiohttp.ClientSession() as http:
+        for _ in range(runs):
+            for label, pause in (("back to back", 0.0), ("after 50 ms asleep", 0.05)):
+                await asyncio.sleep(pause)
+                start = time.perf_counter()
+                async with http.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                ) as response:
+                    await response.read()
+                samples[label].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def _s(duration: Any) -> float:
+    return float(duration.seconds + duration.nanos / 1e9)
+
+
+def _fanout_scenario(path: Path) -> None:
+    rules = [
+        {
+            "match": f"^fanout {n}$",
+            "steps": [
+                {"tool_calls": [{"name": "probe", "arguments": {"tag": str(i)}} for i in range(n)]},
+                {"text": "done"},
+            ],
+        }
+        for n in FANOUT
+    ]
+    path.write_text(yaml.safe_dump(rules))
+
+
+def _versions() -> dict[str, str]:
+    names = (
+        "grpcio",
+        "protobuf",
+        "openai",
+        "aiohttp",
+        "uvloop",
+        "langgraph",
+        "langchain",
+        "langchain-openai",
+        "openai-agents",
+    )
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    import os
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per scenario")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the runs")
+    parser.add_argument("--out", default="bench/results/latest.json")
+    parser.add_argument("--doc", default="docs/benchmarks.md")
+    args = parser.parse_args()
+    started = time.time()
+    results: dict[str, Any] = {
+        "command": "python -m bench.peers"
+        + (" --quick" if args.quick else "")
+        + (f" --repeats {args.repeats}" if args.repeats != 3 else ""),
+        "machine": _machine(),
+        "versions": _versions(),
+        "scenarios": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        stack = Stack(workdir)
+        try:
+            for scenario in _scenarios(args.quick):
+                samples: dict[str, list[dict[str, Any]]] = {c: [] for c in CONTENDERS}
+                for round_number in range(args.repeats):
+                    shift = round_number % len(CONTENDERS)
+                    order = CONTENDERS[shift:] + CONTENDERS[:shift]
+                    for contender in order:
+                        samples[contender].append(_batch(stack, contender, scenario))
+                    print(
+                        f"{scenario['name']}: round {round_number + 1}/{args.repeats}", flush=True
+                    )
+                results["scenarios"][scenario["name"]] = {
+                    "mode": scenario["mode"].name,
+                    "ideal_ms": scenario["mode"].ideal_ms,
+                    "concurrency": scenario["concurrency"],
+                    "runs": scenario["runs"],
+                    "batches": samples,
+                }
+            results["sidecar_peak_rss_mib"] = stack.sidecars[("sidecar", "realistic")].rss_mib()
+            results["wakeup"] = asyncio.run(_wakeup(stack.sims["zero"].address, 60))
+        finally:
+            stack.stop()
+
+        scenario_file = workdir / "fanout.yaml"
+        _fanout_scenario(scenario_file)
+        sim = processes.simulator("--scenario", str(scenario_file))
+        tools = processes.start(
+            "-m", "bench.peers.fanout_tools", "--port", "0", "--latency-ms", str(FANOUT_TOOL_MS)
+        )
+        side = processes.sidecar(sim, [("fanout", tools)], workdir)
+        stream_sim = processes.simulator("--ttft-ms", "50", "--token-ms", "2")
+        stream_side = processes.sidecar(stream_sim, [], workdir)
+        early_sim = processes.simulator("--ttft-ms", "50", "--token-ms", str(EARLY_TOKEN_MS))
+        early_shop = processes.shop(REALISTIC.tool_ms)
+        early_side = processes.sidecar(
+            early_sim,
+            [("shop", early_shop)],
+            workdir,
+            profiles={"default": {}, "no_early": {"early_dispatch": False}},
+        )
+        try:
+            results["fanout"] = asyncio.run(
+                _fanout(side.address, 5 if args.quick else 20 * args.repeats // 3)
+            )
+            print("fan-out: done", flush=True)
+            results["streaming"] = asyncio.run(
+                _streaming(
+                    stream_side.address,
+                    stream_sim.address,
+                    10 if args.quick else 30 * args.repeats // 3,
+                )
+            )
+            print("streaming: done", flush=True)
+            results["early_dispatch"] = asyncio.run(
+                _early_dispatch(early_side.address, 10 if args.quick else 30 * args.repeats // 3)
+            )
+            print("early dispatch: done", flush=True)
+        finally:
+            for server in (
+                side,
+                tools,
+                sim,
+                stream_side,
+                stream_sim,
+                early_side,
+                early_shop,
+                early_sim,
+            ):
+                server.stop()
+    results["duration_s"] = time.time() - started
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    report.write(results, Path(args.doc), Path("docs/img"))
+    print(report.summary(results))
+
+
+if __name__ == "__main__":
+    main()

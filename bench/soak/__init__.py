@@ -1,0 +1,1 @@
+"""The soak: sustained load, then chaos under it: ``python -m bench.soak`` (``make soak``)."""

@@ -1,0 +1,7 @@
+"""``python -m llmsim``: the LLM simulator."""
+
+import sys
+
+from llmsim._cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""Settings of the built-in LLM simulator, and the constants that mark it as one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmsim._scenario import Scenario
+
+SYSTEM_FINGERPRINT = "agent-sidecar-llm-simulator"
+"""``system_fingerprint`` of every response, so no answer passes for a real model's."""
+
+TEXT_PREFIX = "[simulated] "
+"""Every text answer starts with this."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatorOptions:
+    """How the simulator behaves; the defaults give an instant, fault-free model.
+
+    Latency values are milliseconds; ``asyncio.sleep`` runs only when a delay is above
+    zero, so the zero-latency mode never yields to the event loop for timing.
+    """
+
+    ttft_ms: float = 0.0
+    """Delay before the first token (streamed) or before the whole response. Default 0."""
+
+    token_ms: float = 0.0
+    """Delay per streamed content or argument chunk; non-streamed calls wait the sum of
+    what their chunks would have cost. Default 0."""
+
+    prefill_ms_per_1k: float = 0.0
+    """Delay per 1,000 prompt tokens not served from the prompt cache, added to the time to
+    first token: a provider's prompt processing grows with the context, and cached prefixes
+    skip it. Default 0."""
+
+    jitter_ms: float = 0.0
+    """Uniform ± jitter added to every delay above (never below zero). Default 0."""
+
+    scenario: Scenario | None = None
+    """Scripted rules tried before planning; ``None`` (default) plans every answer."""
+
+    fault_rate_429: float = 0.0
+    """Probability that a request with no queued fault gets a 429. Default 0."""
+
+    fault_rate_500: float = 0.0
+    """Probability that a request with no queued fault gets a 500. Default 0."""
+
+    fault_rate_hang: float = 0.0
+    """Probability that a request with no queued fault hangs. Default 0."""
+
+    seed: int | None = None
+    """Seed for chaos faults and jitter, for reproducible runs; ``None`` (default) is random."""
+
+    hang_cap_s: float = 300.0
+    """Longest a ``hang`` fault holds a request before answering 504. Default 300 s."""
+
+    ratelimit_requests: int = 100_000
+    """Requests per 60 s window reported in ``x-ratelimit-limit-requests``. Default 100 000,
+    high enough that benchmarks never see the budget run out."""
+
+    ratelimit_tokens: int = 50_000_000
+    """Tokens per 60 s window reported in ``x-ratelimit-limit-tokens``. Default 50 000 000."""
+
+    enforce_ratelimits: bool = False
+    """Answer 429 (with ``retry-after``) once a window's budget is spent. Default off: the
+    headers only report, so pacing logic can be observed without being forced."""

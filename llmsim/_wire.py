@@ -1,0 +1,225 @@
+"""The simulator's bytes on the wire: completion bodies, SSE chunks, usage, error bodies.
+
+Shaped like Groq's OpenAI-compatible API, so the official ``openai`` client parses them.
+Streamed chunks share one precomputed prefix per response; only the delta is serialised
+per chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from llmsim._options import SYSTEM_FINGERPRINT
+from llmsim._planner import Reply
+
+CHARS_PER_TOKEN: Final = 4
+"""Token counts are estimates: about four characters (request bytes) per token."""
+
+DONE: Final = b"data: [DONE]\n\n"
+
+_WORDS_RE = re.compile(r"\s*\S+")
+_ARGUMENT_FRAGMENT = 8
+"""Characters of tool-call arguments per streamed fragment."""
+
+_ERROR_TYPES: Final = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "permission_denied"),
+    404: ("invalid_request_error", "model_not_found"),
+    413: ("invalid_request_error", "request_too_large"),
+    422: ("invalid_request_error", "unprocessable_entity"),
+    429: ("tokens", "rate_limit_exceeded"),
+    498: ("capacity_exceeded", "capacity_exceeded"),
+    500: ("internal_server_error", "internal_server_error"),
+    502: ("bad_gateway", "bad_gateway"),
+    503: ("service_unavailable", "service_unavailable"),
+    504: ("gateway_timeout", "gateway_timeout"),
+}
+_DEFAULT_MESSAGES: Final = {
+    429: "Rate limit reached for model; please try again later.",
+    498: "Capacity exceeded for this model tier; please try again.",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+def estimate_tokens(chars: int) -> int:
+    """Estimated tokens of ``chars`` characters (at least 1)."""
+    return max(1, (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
+
+
+def completion_tokens(reply: Reply) -> int:
+    """Estimated tokens the reply "generated"."""
+    chars = len(reply.text or "")
+    for call in reply.tool_calls:
+        chars += len(call.name) + len(call.arguments) + 8  # call framing costs tokens too
+    return estimate_tokens(chars)
+
+
+def text_pieces(text: str) -> list[str]:
+    """Word-ish streaming pieces (each word with the whitespace before it)."""
+    pieces: list[str] = _WORDS_RE.findall(text)
+    tail = len("".join(pieces))
+    if tail < len(text):
+        pieces.append(text[tail:])  # trailing whitespace must reach the client too
+    return pieces or [text]
+
+
+def argument_pieces(arguments: str) -> list[str]:
+    """Fragments of a call's argument text, as providers stream them."""
+    step = _ARGUMENT_FRAGMENT
+    return [arguments[i : i + step] for i in range(0, len(arguments), step)] or [""]
+
+
+def chunk_count(reply: Reply) -> int:
+    """How many content/argument chunks streaming the reply takes (for latency)."""
+    if reply.text is not None and not reply.tool_calls:
+        return len(text_pieces(reply.text))
+    return sum(1 + len(argument_pieces(call.arguments)) for call in reply.tool_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Groq's per-response timing, in seconds."""
+
+    queue: float
+    prompt: float
+    completion: float
+
+
+def usage(prompt: int, completion: int, cached: int, timing: Timing) -> dict[str, Any]:
+    """The ``usage`` object, with Groq's timing fields."""
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "queue_time": timing.queue,
+        "prompt_time": timing.prompt,
+        "completion_time": timing.completion,
+        "total_time": timing.queue + timing.prompt + timing.completion,
+    }
+
+
+def message(reply: Reply, ids: list[str]) -> dict[str, Any]:
+    """The assistant ``message`` of a non-streamed completion; ``ids`` are the call ids."""
+    if not reply.tool_calls:
+        return {"role": "assistant", "content": reply.text}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call_id, call in zip(ids, reply.tool_calls, strict=True)
+        ],
+    }
+
+
+def completion(
+    completion_id: str,
+    created: int,
+    model: str,
+    reply: Reply,
+    ids: list[str],
+    usage_doc: dict[str, Any],
+) -> bytes:
+    """A whole ``chat.completion`` body."""
+    return orjson.dumps(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message(reply, ids),
+                    "logprobs": None,
+                    "finish_reason": reply.finish_reason,
+                }
+            ],
+            "usage": usage_doc,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        }
+    )
+
+
+class ChunkWriter:
+    """Serialises the SSE chunks of one streamed completion."""
+
+    __slots__ = ("_envelope", "_head")
+
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
+        envelope = (
+            b'{"id":"' + completion_id.encode() + b'","object":"chat.completion.chunk",'
+            b'"created":' + str(created).encode() + b',"model":' + orjson.dumps(model) + b","
+            b'"system_fingerprint":"' + SYSTEM_FINGERPRINT.encode() + b'",'
+        )
+        self._envelope = b"data: " + envelope
+        self._head = self._envelope + b'"choices":[{"index":0,"delta":'
+
+    def delta(self, delta: dict[str, Any]) -> bytes:
+        """A chunk carrying ``delta`` and no finish reason."""
+        return self._head + orjson.dumps(delta) + b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def finish(self, reason: str) -> bytes:
+        """The last choice chunk: an empty delta and the finish reason."""
+        return self._head + b'{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]}\n\n'
+
+    def usage(self, usage_doc: dict[str, Any]) -> bytes:
+        """The trailing ``choices: []`` chunk that carries usage (``include_usage``)."""
+        return self._envelope + b'"choices":[],"usage":' + orjson.dumps(usage_doc) + b"}\n\n"
+
+
+def stream_deltas(reply: Reply, ids: list[str]) -> list[dict[str, Any]]:
+    """The deltas that stream the reply after the role chunk."""
+    if not reply.tool_calls:
+        return [{"content": piece} for piece in text_pieces(reply.text or "")]
+    deltas: list[dict[str, Any]] = []
+    for index, (call_id, call) in enumerate(zip(ids, reply.tool_calls, strict=True)):
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+        deltas.extend(
+            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            for piece in argument_pieces(call.arguments)
+            if piece
+        )
+    return deltas
+
+
+ROLE_DELTA: Final = {"role": "assistant", "content": ""}
+
+
+def error_body(status: int, message: str, **extra: Any) -> bytes:
+    """A Groq/OpenAI-style ``{"error": {...}}`` body for ``status``."""
+    kind, code = _ERROR_TYPES.get(status, ("api_error", None))
+    error: dict[str, Any] = {"message": message, "type": kind}
+    if code is not None:
+        error["code"] = code
+    error.update(extra)
+    return orjson.dumps({"error": error})
+
+
+def default_message(status: int) -> str:
+    """The message a ``status`` fault sends when it names none."""
+    return _DEFAULT_MESSAGES.get(status, f"Simulated error {status}")

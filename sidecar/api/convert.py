@@ -1,0 +1,169 @@
+"""Plain run types to protobuf messages, on the way out of the service."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentsidecar.v1 import agent_pb2
+from sidecar.types import (
+    BudgetOverrun,
+    CacheResult,
+    ModelCallDetail,
+    RunCost,
+    RunOutcome,
+    Session,
+    Stage,
+    ToolCallDetail,
+    ToolOutcome,
+    Turn,
+    Usage,
+)
+
+
+def duration(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
+
+
+def timestamp(epoch_seconds: float) -> Timestamp:
+    whole = int(epoch_seconds)
+    return Timestamp(seconds=whole, nanos=int((epoch_seconds - whole) * 1e9))
+
+
+def usage(u: Usage) -> agent_pb2.TokenUsage:
+    return agent_pb2.TokenUsage(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        cached_prompt_tokens=u.cached_prompt_tokens,
+    )
+
+
+_SAVED = (CacheResult.HIT, CacheResult.SHARED)
+
+
+def _optional(seconds: float | None) -> Duration | None:
+    return None if seconds is None else duration(seconds)
+
+
+def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
+    p = d.provider
+    return agent_pb2.ModelCallTiming(
+        time_to_first_token=_optional(d.time_to_first_token),
+        provider_queue_time=_optional(p.queue_time),
+        provider_prompt_time=_optional(p.prompt_time),
+        provider_completion_time=_optional(p.completion_time),
+        usage=usage(d.usage),
+        attempts=d.attempts,
+        error_code=d.error or "",
+        time_allowed=_optional(d.time_allowed),
+    )
+
+
+def _tool_call(d: ToolCallDetail) -> agent_pb2.ToolCallTiming:
+    return agent_pb2.ToolCallTiming(
+        call_id=d.call_id,
+        status=int(d.status),  # type: ignore[arg-type]
+        handler_duration=_optional(d.handler_duration),
+        attempts=d.attempts,
+        wait_duration=duration(d.wait_duration),
+        retry_backoff=duration(d.backoff) if d.backoff else None,
+        breaker_rejected=d.breaker_rejected,
+        time_allowed=_optional(d.time_allowed),
+        cache_result=int(d.cache),  # type: ignore[arg-type]
+        cache_saved=duration(d.saved) if d.cache in _SAVED else None,
+    )
+
+
+def stage(s: Stage) -> agent_pb2.Stage:
+    # Built with keyword arguments in one go: CopyFrom into sub-messages costs more.
+    detail = s.detail
+    return agent_pb2.Stage(
+        kind=int(s.kind),  # type: ignore[arg-type]
+        name=s.name,
+        step=s.step,
+        start_offset=duration(s.start),
+        duration=duration(s.duration),
+        model_call=_model_call(detail) if isinstance(detail, ModelCallDetail) else None,
+        tool_call=_tool_call(detail) if isinstance(detail, ToolCallDetail) else None,
+    )
+
+
+def timeline(stages: list[Stage], total: float) -> agent_pb2.Timeline:
+    return agent_pb2.Timeline(stages=[stage(s) for s in stages], total=duration(total))
+
+
+def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
+    result = agent_pb2.RunResult(
+        answer=outcome.answer,
+        stop_reason=int(outcome.stop_reason),  # type: ignore[arg-type]
+        usage=usage(outcome.usage),
+        timeline=timeline(outcome.stages, outcome.total),
+        steps=outcome.steps,
+        tool_calls=outcome.tool_calls,
+    )
+    if outcome.error is not None:
+        result.error.code = outcome.error.code
+        result.error.message = outcome.error.message
+        result.error.retryable = outcome.error.retryable
+    if outcome.cost is not None:
+        result.cost.CopyFrom(cost(outcome.cost))
+    if outcome.overruns:
+        result.budget_overruns.extend(budget_exceeded(o) for o in outcome.overruns)
+    return result
+
+
+def cost(c: RunCost) -> agent_pb2.Cost:
+    return agent_pb2.Cost(
+        prompt_usd=c.prompt_usd,
+        completion_usd=c.completion_usd,
+        total_usd=c.total_usd,
+        cached_prompt_usd=c.cached_prompt_usd,
+    )
+
+
+def budget_exceeded(o: BudgetOverrun) -> agent_pb2.BudgetExceeded:
+    return agent_pb2.BudgetExceeded(
+        stage=int(o.stage),  # type: ignore[arg-type]
+        budget=duration(o.budget),
+        spent=duration(o.spent),
+        policy=int(o.policy),  # type: ignore[arg-type]
+        step=o.step,
+    )
+
+
+def tool_call_finished(step: int, o: ToolOutcome) -> agent_pb2.ToolCallFinished:
+    return agent_pb2.ToolCallFinished(
+        step=step,
+        call_id=o.call_id,
+        tool_name=o.tool_name,
+        status=int(o.status),  # type: ignore[arg-type]
+        content=o.content,
+        duration=duration(o.duration),
+        attempts=o.attempts,
+    )
+
+
+def turn(t: Turn) -> agent_pb2.Turn:
+    return agent_pb2.Turn(
+        run_id=t.run_id,
+        input=t.input,
+        answer=t.answer,
+        stop_reason=int(t.stop_reason),  # type: ignore[arg-type]
+        start_time=timestamp(t.start_time),
+        end_time=timestamp(t.end_time),
+        usage=usage(t.usage),
+    )
+
+
+def session(s: Session) -> agent_pb2.Session:
+    return agent_pb2.Session(
+        session_id=s.session_id,
+        profile=s.profile,
+        labels=s.labels,
+        create_time=timestamp(s.create_time),
+        update_time=timestamp(s.update_time),
+        turns=[turn(t) for t in s.turns],
+        memory=s.memory,
+        memory_turns=s.memory_turns,
+    )

@@ -1,0 +1,264 @@
+"""The sidecar daemon: model, tool servers, ``AgentService``, health and reflection.
+
+Health (``grpc.health.v1``, the empty name and ``agentsidecar.v1.AgentService``) says
+NOT_SERVING until every configured tool server has been discovered (or its discovery
+timeout has passed, in which case its tools stay hidden until it appears), and again from
+the moment SIGTERM starts the drain. Draining refuses new runs and gives in-flight runs
+the configured grace period to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+from typing import TYPE_CHECKING
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from agentsidecar.reflection import enable_reflection
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar.agent.loop import AgentLoop
+from sidecar.api.service import AgentServicer
+from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key, resolve_postgres_dsn
+from sidecar.context.assembler import ContextAssembler
+from sidecar.context.memory import MemoryKeeper
+from sidecar.llm.model import Model
+from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.sessions.factory import store_from_config
+from sidecar.sessions.store import SessionStore
+from sidecar.telemetry import Telemetry
+from sidecar.tools.catalog import ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.result_cache import ResultCache
+
+if TYPE_CHECKING:
+    from sidecar.tools.shared_results import PostgresSharedResults
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+# After the drain's last refusal, how long no further call may arrive before the server
+# stops (see AgentServicer.wait_refusals_settled).
+_REFUSALS_QUIET = 0.25
+
+
+class Sidecar:
+    """Everything one sidecar process runs, started and stopped as a unit."""
+
+    def __init__(
+        self, config: SidecarConfig, *, api_key: str | None, postgres_dsn: str | None = None
+    ) -> None:
+        self.config = config
+        self._api_key = api_key
+        self.telemetry = Telemetry.from_config(config)
+        metrics = self.telemetry.metrics
+        self._postgres_dsn = postgres_dsn
+        self.store: SessionStore | None = None
+        self.results: ResultCache | None = None
+        self.memory: MemoryKeeper | None = None
+        self._shared_results: PostgresSharedResults | None = None
+        self.catalog = ToolCatalog()
+        self.catalog.set_server_order([s.name for s in config.tool_servers])
+        self.connections = {
+            s.name: ToolServerConnection(
+                s,
+                on_discovered=self._discovered,
+                on_breaker_change=metrics.breaker_changed if metrics is not None else None,
+            )
+            for s in config.tool_servers
+        }
+        if metrics is not None:
+            for s in config.tool_servers:
+                metrics.breaker_known(s.name)
+        self.metrics_port: int | None = None
+        self.health = health.aio.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self._simulator: object | None = None
+        self._model: Model | None = None
+        self.port = 0
+        self._ready_task: asyncio.Task[None] | None = None
+        self._servicer: AgentServicer | None = None
+
+    def _discovered(self, server: str, response: object) -> None:
+        if self.catalog.update(server, response):  # type: ignore[arg-type]
+            log.info("tool server %s: %d tools", server, len(response.tools))  # type: ignore[attr-defined]
+
+    async def _start_model(self) -> Model:
+        model = self.config.model
+        base_url = model.base_url
+        api_key = self._api_key
+        if base_url is None and api_key is None:
+            from llmsim import LLMSimulator, SimulatorOptions
+
+            simulator = LLMSimulator(SimulatorOptions())
+            await simulator.start("127.0.0.1", 0)
+            self._simulator = simulator
+            base_url = simulator.base_url
+            model = model.model_copy(update={"model": "llm-simulator"})
+            log.warning(
+                "no %s set: using the built-in LLM simulator at %s (a simulator, not a model)",
+                model.api_key_env,
+                base_url,
+            )
+        return OpenAICompatibleModel(
+            base_url=base_url or GROQ_BASE_URL,
+            api_key=api_key or "none",
+            model=model.model,
+            retry=model.retry,
+            timeout=model.timeout,
+            temperature=model.temperature,
+            max_tokens=model.max_tokens,
+            parallel_tool_calls=model.parallel_tool_calls,
+            transport=model.transport,
+            on_error=self.telemetry.model_error_hook(model.model),
+        )
+
+    async def _open_state(self, model: Model) -> ContextAssembler:
+        """Open the session store and the result cache; build the context assembler."""
+        config = self.config
+        store = store_from_config(config.sessions, postgres_dsn=self._postgres_dsn)
+        await store.open()
+        self.store = store
+        shared = None
+        if config.cache.shared:
+            from sidecar.sessions.postgres import PostgresSessionStore
+            from sidecar.tools.shared_results import PostgresSharedResults
+
+            assert isinstance(store, PostgresSessionStore)
+            shared = PostgresSharedResults(
+                store.pool, sweep_interval=config.sessions.sweep_interval
+            )
+            await shared.open()
+            self._shared_results = shared
+        if config.cache.tool_results:
+            self.results = ResultCache(max_entries=config.cache.max_entries, shared=shared)
+        if any(p.context.memory for p in config.profiles.values()):
+            self.memory = MemoryKeeper(model, store, timeout=config.model.timeout)
+        return ContextAssembler(config.profiles, self.memory)
+
+    async def start(self) -> int:
+        """Start serving; return the bound port.
+
+        Raises:
+            SessionStoreError: the session store cannot be opened.
+        """
+        self._model = await self._start_model()
+        context = await self._open_state(self._model)
+        loop = AgentLoop(
+            self._model, self.catalog, self.connections, self.config.profiles, self.results
+        )
+        options = [
+            ("grpc.max_send_message_length", self.config.server.max_message_bytes),
+            ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
+        ]
+        server = grpc.aio.server(options=options)
+        assert self.store is not None
+        self._servicer = AgentServicer(loop, self.store, context, self.telemetry)
+        if self.telemetry.metrics is not None:
+            metrics = self.config.telemetry.metrics
+            self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(self._servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        address = f"{self.config.server.host}:{self.config.server.port}"
+        self.port = server.add_insecure_port(address)
+        await server.start()
+        self._server = server
+        for connection in self.connections.values():
+            connection.start()
+        self._ready_task = asyncio.get_running_loop().create_task(self._become_ready())
+        return self.port
+
+    async def _become_ready(self) -> None:
+        async def discovered(connection: ToolServerConnection) -> None:
+            try:
+                async with asyncio.timeout(connection.config.discovery_timeout):
+                    await connection.discovered.wait()
+            except TimeoutError:
+                log.warning(
+                    "tool server %s (%s) not discovered within %.1fs; its tools stay hidden "
+                    "until it answers",
+                    connection.name,
+                    connection.config.address,
+                    connection.config.discovery_timeout,
+                )
+
+        await asyncio.gather(*(discovered(c) for c in self.connections.values()))
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: health NOT_SERVING, refuse new runs, let in-flight runs finish."""
+        grace = self.config.server.grace_period if grace is None else grace
+        if self._ready_task is not None and not self._ready_task.done():
+            self._ready_task.cancel()
+        await self.health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            # Refuse new runs with UNAVAILABLE (actionable) while the port stays open,
+            # and give the runs in flight the grace period.
+            self._servicer.start_draining()
+            deadline = asyncio.get_running_loop().time() + grace
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._servicer.wait_idle()
+            except TimeoutError:
+                log.warning("grace period over; cancelling the runs still in flight")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self._servicer.wait_refusals_settled(_REFUSALS_QUIET)
+        if self._server is not None:
+            await self._server.stop(0.5)
+        if self._servicer is not None:
+            # Cancelled runs store their turns as they unwind: let them before closing.
+            try:
+                async with asyncio.timeout(5):
+                    await self._servicer.wait_idle()
+            except TimeoutError:
+                log.warning("runs still storing their turns after 5s; closing the store")
+        if self.memory is not None:
+            await self.memory.close()
+        if self.results is not None:
+            await self.results.close()
+        if self._shared_results is not None:
+            await self._shared_results.close()
+        if self.store is not None:
+            await self.store.close()
+        for connection in self.connections.values():
+            await connection.close()
+        if self._model is not None:
+            await self._model.close()
+        if self._simulator is not None:
+            await self._simulator.stop()  # type: ignore[attr-defined]
+        await self.telemetry.close()
+
+
+async def serve(config: SidecarConfig) -> None:
+    """Run the sidecar until SIGTERM or SIGINT, then drain and return."""
+    sidecar = Sidecar(
+        config,
+        api_key=resolve_api_key(config.model),
+        postgres_dsn=resolve_postgres_dsn(config.sessions.postgres),
+    )
+    port = await sidecar.start()
+    # Start-up objects (modules, clients, schemas) live as long as the process; left in
+    # sight of the collector, every full collection walks them all, a pause paid by the
+    # requests in flight. Frozen, a collection walks only what requests allocate.
+    gc.collect()
+    gc.freeze()
+    if sidecar.metrics_port is not None:
+        print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
+    print(f"listening on {config.server.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining (grace %.1fs)", config.server.grace_period)
+    await sidecar.stop()
+    log.info("stopped")

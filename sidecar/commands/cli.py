@@ -1,0 +1,134 @@
+"""``agent-sidecar``: serve, run the LLM simulator, run the demo, or print a latency bill.
+
+Configuration is read here, once, validated, and passed down; nothing below this module
+reads the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _run(main: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we ship
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sidecar.api.server import serve
+    from sidecar.config import load_config, parse_config
+    from sidecar.errors import ConfigError, TelemetryUnavailable
+
+    try:
+        config = load_config(args.config) if args.config else parse_config({})
+    except ConfigError as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
+    if args.port is not None:
+        config = config.model_copy(
+            update={"server": config.server.model_copy(update={"port": args.port})}
+        )
+    from sidecar.errors import SessionStoreError
+
+    try:
+        _run(serve(config))
+    except TelemetryUnavailable as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
+    except SessionStoreError as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _llm_sim(args: argparse.Namespace) -> int:
+    from llmsim import serve_from_args
+
+    _run(serve_from_args(args))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sidecar.commands.demo import run_demo
+
+    return int(_run(run_demo(json_output=args.json)))
+
+
+def _report(args: argparse.Namespace) -> int:
+    from sidecar.commands.report import bills, load, render
+
+    try:
+        found = bills(load(args.logs))
+    except (OSError, ValueError) as exc:
+        print(f"agent-sidecar report: {exc}", file=sys.stderr)
+        return 2
+    if not found:
+        print("agent-sidecar report: the logs hold no runs", file=sys.stderr)
+        return 1
+    print(render(found), end="")
+    if args.no_png:
+        return 0
+    try:
+        from sidecar.commands.chart import write_chart
+    except ImportError:
+        print(
+            "agent-sidecar report: the chart needs matplotlib: "
+            "pip install 'agent-sidecar[report]' (or pass --no-png)",
+            file=sys.stderr,
+        )
+        return 2
+    png = args.png or str(Path(args.logs[0]).with_suffix(".png"))
+    write_chart(found, png)
+    print(f"chart: {png}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agent-sidecar", description=__doc__)
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve AgentService over gRPC")
+    serve.add_argument("--config", help="YAML configuration file (default: built-in defaults)")
+    serve.add_argument("--port", type=int, help="override server.port (0 picks a free port)")
+    serve.set_defaults(handler=_serve)
+
+    from llmsim import add_arguments
+
+    sim = commands.add_parser("llm-sim", help="run the built-in LLM simulator (not a model)")
+    add_arguments(sim)
+    sim.set_defaults(handler=_llm_sim)
+
+    demo = commands.add_parser("demo", help="run the founding and pre-sales scenarios")
+    demo.add_argument("--json", action="store_true", help="print each run's result as JSON")
+    demo.set_defaults(handler=_demo)
+
+    report = commands.add_parser(
+        "report", help="print the latency bill of timeline logs and chart it (PNG)"
+    )
+    report.add_argument("logs", nargs="+", metavar="TIMELINE_LOG", help="timeline log (JSONL)")
+    report.add_argument("--png", help="chart path (default: the first log's, ending .png)")
+    report.add_argument("--no-png", action="store_true", help="print the bill only")
+    report.set_defaults(handler=_report)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler = args.handler
+    return int(handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

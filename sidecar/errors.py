@@ -1,0 +1,297 @@
+"""Every error the sidecar raises on purpose, in one tree.
+
+The root carries the retry facts; the gRPC edge (``sidecar.api.status``) maps each class
+to a canonical status code and ``google.rpc`` details with one table, so no module below
+it picks a status code::
+
+    SidecarError                  retryable, retry_after
+    ├── ConfigError               the configuration is missing, unreadable or invalid
+    ├── StartupError              a configured part cannot start
+    │   ├── SessionStoreError     the session store cannot be used (unreachable, locked, too new)
+    │   └── TelemetryUnavailable  telemetry is configured but cannot start
+    ├── RequestError              a caller's request cannot be served as asked
+    │   ├── InvalidRequest        fields of the request are invalid (each one named)
+    │   ├── SessionNotFound       no such session (never created, deleted, expired)
+    │   ├── ProfileNotFound       no such agent profile in the configuration
+    │   ├── CallNotPending        no such tool call is waiting for approval
+    │   ├── SessionExists         create: the id is taken
+    │   ├── SessionBusy           another run holds the session (retryable)
+    │   ├── ProfileRemoved        the session's profile is no longer configured
+    │   └── Draining              the sidecar is shutting down (retryable elsewhere)
+    ├── ModelError                the model could not produce a response (code, status)
+    │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
+    │   │   └── ToolUseFailed     the model emitted a malformed tool call (Groq's tool_use_failed)
+    │   └── ModelUnavailable      429 / 498 / 5xx / connection / timeout, after retries
+    ├── HttpError                 an HTTP exchange failed below the status line
+    ├── ArgumentsInvalid          a tool call's arguments do not fit its tool (for the model)
+    └── BreakerOpenError          a circuit breaker refused a call; nothing was sent
+
+A model or tool failure inside a run is not a status: the run ends with an outcome that
+says what happened (see ``sidecar.types.RunError``). Only :class:`RequestError` and
+:class:`StartupError` ever reach a caller or an operator as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sidecar.types import BreakerState
+
+__all__ = [
+    "ArgumentsInvalid",
+    "BreakerOpenError",
+    "CallNotPending",
+    "ConfigError",
+    "Draining",
+    "FieldViolation",
+    "HttpError",
+    "InvalidRequest",
+    "ModelError",
+    "ModelRequestRejected",
+    "ModelUnavailable",
+    "ProfileNotFound",
+    "ProfileRemoved",
+    "RequestError",
+    "SessionBusy",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionStoreError",
+    "SidecarError",
+    "StartupError",
+    "TelemetryUnavailable",
+    "ToolUseFailed",
+]
+
+
+class SidecarError(Exception):
+    """The root of every error the sidecar raises on purpose.
+
+    Attributes:
+        message: What went wrong and, where it helps, what to do about it.
+        retryable: Whether the same request may succeed later.
+        retry_after: Seconds to wait before retrying, when known.
+    """
+
+    retryable: bool = False
+    retry_after: float | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(SidecarError):
+    """The configuration file is missing, unreadable or invalid."""
+
+
+class StartupError(SidecarError):
+    """A configured part of the sidecar cannot start; the message says why and what to do."""
+
+
+class SessionStoreError(StartupError):
+    """The session store cannot be used; the message says why and what to do."""
+
+
+class TelemetryUnavailable(StartupError):
+    """Telemetry is configured but cannot start (a missing package, an unwritable log)."""
+
+
+# -- a caller's request ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One invalid field of a request."""
+
+    field: str
+    """The field's path in the request message (``session_id``, ``output_mode``)."""
+    description: str
+    """What is wrong with it, for the caller's developer."""
+
+
+class RequestError(SidecarError):
+    """A caller's request cannot be served as asked.
+
+    Attributes:
+        resource: ``(type, name)`` of the resource the error is about, when there is one
+            (``("agentsidecar.v1.Session", "s-1")``).
+        violations: The request's invalid fields, when there are any.
+        metadata: Machine-readable facts for the caller (string to string).
+    """
+
+    resource: tuple[str, str] | None = None
+    violations: tuple[FieldViolation, ...] = ()
+
+    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.metadata = dict(metadata or {})
+
+
+class InvalidRequest(RequestError):
+    """Fields of the request are invalid; each is named with what is wrong with it."""
+
+    def __init__(self, violations: Sequence[FieldViolation]) -> None:
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+        self.violations = tuple(violations)
+
+    @classmethod
+    def field(cls, field: str, description: str) -> InvalidRequest:
+        """One invalid field."""
+        return cls([FieldViolation(field, description)])
+
+
+_SESSION = "agentsidecar.v1.Session"
+
+
+class SessionNotFound(RequestError):
+    """No such session (never created, deleted, or expired)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+        self.resource = (_SESSION, session_id)
+
+
+class ProfileNotFound(RequestError):
+    """No agent profile of that name is configured."""
+
+    def __init__(self, profile: str, configured: Sequence[str]) -> None:
+        super().__init__(f"unknown profile {profile!r}; configured: {sorted(configured)}")
+        self.profile = profile
+        self.resource = ("agentsidecar.v1.Profile", profile)
+
+
+class CallNotPending(RequestError):
+    """No tool call of that id is waiting for approval in the session."""
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        super().__init__(f"no call {call_id!r} is waiting for approval in session {session_id!r}")
+        self.resource = ("agentsidecar.v1.ToolCall", f"{session_id}/{call_id}")
+
+
+class SessionExists(RequestError):
+    """A session with that id already exists."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+        self.resource = (_SESSION, session_id)
+
+
+class SessionBusy(RequestError):
+    """Another run holds the session; runs of one session never overlap."""
+
+    retryable = True
+    retry_after = 1.0
+    """A hint, not a promise: most turns end within a second or two."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} is already running a turn; wait for it to finish")
+        self.session_id = session_id
+        self.resource = (_SESSION, session_id)
+
+
+class ProfileRemoved(RequestError):
+    """The session's profile is no longer in the configuration."""
+
+    def __init__(self, session_id: str, profile: str) -> None:
+        super().__init__(
+            f"session {session_id!r} uses profile {profile!r}, which is no longer configured"
+        )
+        self.resource = ("agentsidecar.v1.Profile", profile)
+
+
+class Draining(RequestError):
+    """The sidecar is shutting down and takes no new work."""
+
+    retryable = True
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("the sidecar is shutting down; retry on another replica or after restart")
+        self.retry_after = retry_after
+
+
+# -- the model -------------------------------------------------------------------------
+
+
+class ModelError(SidecarError):
+    """The model could not produce a response.
+
+    Attributes:
+        code: a stable machine-readable code (``model_rate_limited``, ``model_bad_request``…).
+        retryable: whether the same request may succeed later.
+        status: the HTTP status, when there was one.
+        retry_after: seconds the provider asked us to wait before retrying, when it said.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class ModelRequestRejected(ModelError):
+    """The provider rejected the request (4xx other than 429)."""
+
+
+class ToolUseFailed(ModelRequestRejected):
+    """The model produced a tool call the provider could not parse.
+
+    Attributes:
+        failed_generation: the model's raw output, for the repair round.
+    """
+
+    def __init__(self, message: str, failed_generation: str):
+        super().__init__("model_tool_use_failed", message, retryable=False, status=400)
+        self.failed_generation = failed_generation
+
+
+class ModelUnavailable(ModelError):
+    """The provider did not answer usefully within the retries and the time allowed."""
+
+
+class HttpError(SidecarError):
+    """An HTTP exchange failed below status level: connect, connection lost, bad response."""
+
+
+# -- tools -----------------------------------------------------------------------------
+
+
+class ArgumentsInvalid(SidecarError):
+    """A call's arguments are not valid for its tool; the message is written for the model."""
+
+
+class BreakerOpenError(SidecarError):
+    """A call was refused by a circuit breaker; nothing was sent to the tool server.
+
+    Attributes:
+        breaker_name: The refusing breaker's name (the tool server it guards).
+        state: ``OPEN`` while the reset timeout runs; ``HALF_OPEN`` while a trial is in flight.
+        retry_after: Seconds until a trial call may be admitted. While open, the time left of
+            the reset timeout. While a trial is in flight, 0.0: there is no timer to wait
+            out, the trial's outcome decides (a success closes the breaker, a failure opens
+            it for another ``reset_timeout``).
+    """
+
+    retryable = True
+
+    def __init__(self, breaker_name: str, state: BreakerState, retry_after: float) -> None:
+        if state is BreakerState.OPEN:
+            detail = f"open; a trial call is allowed in {retry_after:.3f}s"
+        else:
+            detail = "half-open and its trial call is still in flight"
+        super().__init__(f"circuit breaker {breaker_name!r} is {detail}")
+        self.breaker_name = breaker_name
+        self.state = state
+        self.retry_after = retry_after

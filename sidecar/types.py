@@ -1,0 +1,351 @@
+"""The shared vocabulary: plain types every layer speaks, importing nothing of ours.
+
+Model calls and tool calls (:class:`ToolCall`, :class:`Usage`), a run's outcome and
+timeline (:class:`RunOutcome`, :class:`Stage`, :class:`StopReason`), its budget overruns
+and cost, a session and its turns (:class:`Session`, :class:`Turn`), breaker states.
+They live here, below every layer, so that the loop, the dispatcher, the stores and
+telemetry can share them without importing each other.
+
+The enums mirror the proto enums value for value (a test holds them together), so the
+gRPC edge converts them with a plain ``int``; nothing below it touches a protobuf message.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call the model asked for. ``arguments`` is the model's JSON text, untouched."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts of one or more model calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cached_prompt_tokens += other.cached_prompt_tokens
+
+
+@dataclass(slots=True)
+class ProviderTiming:
+    """The provider's own account of a call, in seconds, when it reports one (Groq does)."""
+
+    queue_time: float | None = None
+    prompt_time: float | None = None
+    completion_time: float | None = None
+
+
+class BudgetStage(enum.IntEnum):
+    """A part of a run that a budget applies to (``agentsidecar.v1.BudgetStage``)."""
+
+    TOTAL = 1
+    MODEL = 2
+    TOOLS = 3
+    OTHER = 4
+
+
+class BudgetPolicy(enum.IntEnum):
+    """What a run does after an overrun (``agentsidecar.v1.BudgetPolicy``)."""
+
+    CONTINUE = 1
+    ANSWER = 2
+    STOP = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOverrun:
+    """One stage over its budget; seconds."""
+
+    stage: BudgetStage
+    budget: float
+    spent: float
+    policy: BudgetPolicy
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunCost:
+    """The cost of some tokens, in US dollars."""
+
+    prompt_usd: float
+    """Prompt tokens, cached ones included."""
+    completion_usd: float
+    cached_prompt_usd: float
+    """The part of ``prompt_usd`` charged for cached prompt tokens."""
+
+    @property
+    def total_usd(self) -> float:
+        return self.prompt_usd + self.completion_usd
+
+
+class BreakerState(enum.Enum):
+    """Where a breaker is in its cycle."""
+
+    CLOSED = "closed"
+    """Calls flow; consecutive failures are counted."""
+    OPEN = "open"
+    """Every call is refused until the reset timeout has elapsed."""
+    HALF_OPEN = "half_open"
+    """One trial call is admitted; its outcome closes or re-opens the breaker."""
+
+
+class StopReason(enum.IntEnum):
+    """Why a run ended (``agentsidecar.v1.StopReason``)."""
+
+    ANSWERED = 1
+    MAX_STEPS = 2
+    MAX_TOOL_CALLS = 3
+    BUDGET_EXHAUSTED = 4
+    MODEL_ERROR = 5
+    CANCELLED = 6
+    INTERRUPTED = 7
+    INVALID_ANSWER = 8
+    BUDGET_ANSWERED = 9
+    BUDGET_STOPPED = 10
+
+
+class ToolCallStatus(enum.IntEnum):
+    """How a tool call ended (``agentsidecar.v1.ToolCallStatus``)."""
+
+    OK = 1
+    ERROR = 2
+    TIMED_OUT = 3
+    UNAVAILABLE = 4
+    DENIED = 5
+    UNKNOWN_TOOL = 6
+    CACHED = 7
+
+
+class CacheResult(enum.IntEnum):
+    """How the result cache took part in a tool call (``agentsidecar.v1.ToolCacheResult``)."""
+
+    NONE = 0
+    """Not cacheable, or the cache is off (the proto's UNSPECIFIED)."""
+    HIT = 1
+    MISS = 2
+    SHARED = 3
+
+
+class ToolAvailability(enum.IntEnum):
+    """Whether a tool can be called now (``agentsidecar.v1.ToolAvailability``)."""
+
+    AVAILABLE = 1
+    SERVER_UNAVAILABLE = 2
+    BREAKER_OPEN = 3
+
+
+class StageKind(enum.IntEnum):
+    """What a timeline stage measured (``agentsidecar.v1.StageKind``)."""
+
+    QUEUE = 1
+    CONTEXT_BUILD = 2
+    MODEL_CALL = 3
+    TOOL_CALL = 4
+    PERSISTENCE = 5
+    OVERHEAD = 6
+
+
+@dataclass(slots=True)
+class ModelCallDetail:
+    """Details of a MODEL_CALL stage."""
+
+    usage: Usage
+    provider: ProviderTiming
+    time_to_first_token: float | None
+    attempts: int
+    error: str | None = None
+    """The error code when the call failed."""
+    time_allowed: float | None = None
+    """Seconds the call was allowed, retries included."""
+
+
+@dataclass(slots=True)
+class ToolCallDetail:
+    """Details of a TOOL_CALL stage."""
+
+    call_id: str
+    status: ToolCallStatus
+    handler_duration: float | None
+    attempts: int
+    wait_duration: float
+    backoff: float = 0.0
+    """Seconds spent waiting between attempts."""
+    breaker_rejected: bool = False
+    time_allowed: float | None = None
+    """Seconds the call was allowed (its gRPC deadline); None when it was never sent."""
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
+
+
+@dataclass(slots=True)
+class Stage:
+    """One measured interval; offsets and durations in seconds from the run's start."""
+
+    kind: StageKind
+    name: str
+    step: int
+    start: float
+    duration: float
+    detail: ModelCallDetail | ToolCallDetail | None = None
+
+
+class Clock:
+    """Offsets from a run's start, on the monotonic high-resolution clock."""
+
+    __slots__ = ("origin",)
+
+    def __init__(self) -> None:
+        self.origin = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+
+@dataclass(slots=True)
+class RunError:
+    """Why a run failed, for the calling service."""
+
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """The result of one run."""
+
+    answer: str
+    stop_reason: StopReason
+    usage: Usage
+    stages: list[Stage]
+    total: float
+    steps: int
+    tool_calls: int
+    error: RunError | None = None
+    cost: RunCost | None = None
+    overruns: list[BudgetOverrun] = field(default_factory=list)
+
+    def add_persistence(self, start: float, end: float) -> None:
+        """Add the PERSISTENCE stage (recording the turn), which follows the loop's end.
+
+        The run then lasts until ``end``; the moment between the loop's end and ``start``
+        is the sidecar's own, so it goes to the OVERHEAD stage.
+        """
+        stage = Stage(StageKind.PERSISTENCE, "session_store", 0, start, end - start)
+        stages = self.stages
+        if stages and stages[-1].kind is StageKind.OVERHEAD:
+            # OVERHEAD sums the whole run's uncovered time; it stays the last stage.
+            stages[-1].duration += max(0.0, start - self.total)
+            stages.insert(len(stages) - 1, stage)
+        else:
+            stages.append(stage)
+        self.total = end
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How one tool call ended. ``content`` is what the model sees."""
+
+    call_id: str
+    tool_name: str
+    status: ToolCallStatus
+    content: str
+    start: float
+    duration: float
+    handler_duration: float | None = None
+    attempts: int = 1
+    wait_duration: float = 0.0
+    backoff: float = 0.0
+    breaker_rejected: bool = False
+    time_allowed: float | None = None
+    cache: CacheResult = CacheResult.NONE
+    saved: float = 0.0
+    """Seconds the cache saved (HIT and SHARED only)."""
+
+
+class EventSink(Protocol):
+    """Receives a run's events as they happen. Streaming callers get one; others don't,
+    and then no event is ever built."""
+
+    def text_delta(self, step: int, text: str) -> None: ...
+
+    def tool_call_started(
+        self, step: int, call_id: str, tool_name: str, arguments: str
+    ) -> None: ...
+
+    def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None: ...
+
+    def approval_required(
+        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+    ) -> None: ...
+
+    def step_finished(self, step: int, stages: list[Stage], total: float) -> None: ...
+
+    def budget_exceeded(self, overrun: BudgetOverrun) -> None: ...
+
+
+@dataclass(slots=True)
+class Turn:
+    """One finished (or interrupted) user turn, as stored with its session."""
+
+    run_id: str
+    input: str
+    answer: str
+    stop_reason: StopReason
+    start_time: float
+    """Wall-clock start, seconds since the epoch."""
+    end_time: float
+    usage: Usage = field(default_factory=Usage)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The model messages the turn added to the conversation, oldest first; empty when the
+    turn failed, was cancelled or was cut off, so the next turn starts clean."""
+    tokens: int = 0
+    """Estimated tokens of ``messages``; 0 until someone estimated them."""
+
+
+@dataclass(slots=True)
+class Session:
+    """One conversation under one agent profile, as loaded from its store."""
+
+    session_id: str
+    profile: str
+    labels: dict[str, str]
+    create_time: float
+    update_time: float
+    turns: list[Turn] = field(default_factory=list)
+    """Finished and interrupted turns, oldest first."""
+    memory: str = ""
+    """The long-term memory the model summarised older turns into; empty when none."""
+    memory_turns: int = 0
+    """How many of the oldest turns ``memory`` covers."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole conversation as model messages (no system prompt), oldest first."""
+        return [m for t in self.turns for m in t.messages]
+
+
+CHARS_PER_TOKEN = 4
+"""Token estimates count about 4 characters (or UTF-8 bytes) per token: a stated
+heuristic, not a tokenizer (see ``sidecar.context.tokens``)."""
+
+
+def tokens_of_size(chars: int) -> int:
+    """Estimated tokens of ``chars`` characters (or UTF-8 bytes) of text."""
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN

@@ -1,0 +1,167 @@
+"""Real process stacks for sidecar tests: LLM simulator, tool servers, sidecar.
+
+Each piece is its own process on 127.0.0.1, started on port 0 by ``sidecar.testing``;
+the test talks to the sidecar through the Python client over real gRPC, and to the
+simulator's control API over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2, tool_pb2, tool_pb2_grpc
+from sidecar import testing
+from sidecar.testing import ServerProcess
+from tests.support import SCRIPTED_TOOLSERVER, SIDECAR_SCENARIO
+
+MODEL = "simulated-model"
+"""The model name the test sidecars send (prices in tests are keyed by it)."""
+
+
+def simulator(*flags: str) -> ServerProcess:
+    """The LLM simulator with the sidecar tests' scenario."""
+    return testing.simulator(*flags, scenario=SIDECAR_SCENARIO)
+
+
+def scripted_toolserver() -> ServerProcess:
+    """The scripted tool server (``tests/support/scripted_toolserver.py``)."""
+    return testing.tool_server(str(SCRIPTED_TOOLSERVER))
+
+
+def sidecar_config(
+    sim: ServerProcess,
+    tool_servers: list[dict[str, Any]],
+    *,
+    profiles: Mapping[str, Any] | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
+    """A test sidecar's config: fast model retries, the test model name."""
+    model = {
+        "base_url": f"http://{sim.address}/openai/v1",
+        "model": MODEL,
+        "retry": {"max_attempts": 3, "initial_backoff": 0.02, "max_backoff": 0.5},
+    }
+    return testing.sidecar_config(
+        sim.address, tool_servers, profiles=profiles, **{"model": model, **sections}
+    )
+
+
+def sidecar(config: dict[str, Any], tmp_path: Path) -> ServerProcess:
+    """A sidecar; its SQLite store in ``tmp_path`` unless ``config`` names another."""
+    return testing.sidecar(config, tmp_path)
+
+
+class SimControl:
+    """The simulator's control API over HTTP."""
+
+    def __init__(self, address: str) -> None:
+        self.base = f"http://{address}/sim"
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(method, self.base + path, json=body) as response,
+        ):
+            response.raise_for_status()
+            text = await response.text()
+            return json.loads(text) if text else None
+
+    async def faults(self, *faults: dict[str, Any]) -> None:
+        await self._request("POST", "/faults", {"faults": list(faults)})
+
+    async def reset(self) -> None:
+        await self._request("POST", "/reset")
+
+    async def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/stats")
+        return result
+
+
+async def tool_stats(address: str) -> dict[str, Any]:
+    """Ask the scripted tool server what it saw, directly over gRPC."""
+    import grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = tool_pb2_grpc.ToolServiceStub(channel)
+        response = await stub.CallTool(tool_pb2.CallToolRequest(tool_name="stats"), timeout=5)
+    return orjson.loads(response.result.output)  # type: ignore[no-any-return]
+
+
+async def set_broken(address: str, broken: bool) -> None:
+    import grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = tool_pb2_grpc.ToolServiceStub(channel)
+        await stub.CallTool(
+            tool_pb2.CallToolRequest(
+                tool_name="set_broken", arguments=orjson.dumps({"broken": broken}).decode()
+            ),
+            timeout=5,
+        )
+
+
+async def run_events(
+    client: AgentClient, text: str, *, profile: str = "default", timeout: float = 30
+) -> tuple[list[agent_pb2.StreamRunResponse], agent_pb2.RunResult]:
+    """Stream a run in a fresh session; return every event and the final result."""
+    session = await client.create_session(profile)
+    events = [e async for e in client.stream(session.session_id, text, timeout=timeout)]
+    assert events and events[-1].WhichOneof("event") == "run_finished", events
+    return events, events[-1].run_finished
+
+
+def finished_calls(
+    events: list[agent_pb2.StreamRunResponse],
+) -> dict[str, agent_pb2.ToolCallFinished]:
+    """tool_call_finished events by tool name (last one wins)."""
+    return {
+        e.tool_call_finished.tool_name: e.tool_call_finished
+        for e in events
+        if e.WhichOneof("event") == "tool_call_finished"
+    }
+
+
+def ms(duration: Any) -> float:
+    return float(duration.seconds * 1000 + duration.nanos / 1e6)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, interval: float = 0.02
+) -> None:
+    """Poll another process's state until ``check`` holds; fail after ``timeout`` seconds.
+
+    For state that lives in another process, where no in-process event can signal it.
+    """
+    async with asyncio.timeout(timeout):
+        while not await check():  # noqa: ASYNC110 - the state is in another process
+            await asyncio.sleep(interval)
+
+
+class Scrape:
+    """One scrape of the metrics endpoint."""
+
+    def __init__(self, text: str) -> None:
+        self.samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                self.samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def get(self, name: str, **labels: str) -> float:
+        """The sample's value; 0 when the series does not exist (yet)."""
+        return self.samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def scrape(side: ServerProcess) -> Scrape:
+    address = side.announced("metrics on ")
+    async with aiohttp.ClientSession() as http, http.get(f"http://{address}/metrics") as r:
+        r.raise_for_status()
+        return Scrape(await r.text())

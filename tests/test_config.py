@@ -1,0 +1,89 @@
+"""The configuration: validation, its messages, and docs that cover every key."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from sidecar.config import (
+    CacheConfig,
+    ModelConfig,
+    PriceConfig,
+    ProfileConfig,
+    ServerConfig,
+    SessionsConfig,
+    TelemetryConfig,
+    ToolServerConfig,
+    parse_config,
+)
+from sidecar.errors import ConfigError
+from sidecar.tools.connection import ToolServerConnection
+from tests.support import ROOT
+
+
+def test_the_default_config_is_valid_and_has_a_default_profile() -> None:
+    config = parse_config({})
+    assert "default" in config.profiles
+    assert config.model.base_url is None  # Groq with a key, the simulator without
+
+
+def test_config_errors_name_every_offending_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "tool_servers": [{"name": "a", "address": "x:1", "timeout": -1}],
+                "profiles": {"p": {"max_steps": 0}},
+                "modle": {},
+            }
+        )
+    message = str(info.value)
+    assert "tool_servers.0.timeout" in message
+    assert "profiles.p.max_steps" in message
+    assert "modle" in message
+
+
+def test_tool_server_names_must_be_unique() -> None:
+    with pytest.raises(ConfigError, match="repeated"):
+        parse_config(
+            {"tool_servers": [{"name": "a", "address": "x:1"}, {"name": "a", "address": "y:2"}]}
+        )
+
+
+async def test_a_breaker_window_must_hold_its_failure_threshold() -> None:
+    server = {"name": "a", "address": "x:1"}
+    breaker = {"failure_threshold": 5, "failure_rate": 0.5, "window": 4}
+    with pytest.raises(ConfigError, match="window must be at least failure_threshold"):
+        parse_config({"tool_servers": [{**server, "breaker": breaker}]})
+    with pytest.raises(ConfigError, match="failure_rate"):
+        parse_config({"tool_servers": [{**server, "breaker": {"failure_rate": 2}}]})
+    ok = parse_config({"tool_servers": [{**server, "breaker": {**breaker, "window": 20}}]})
+    connection = ToolServerConnection(ok.tool_servers[0], on_discovered=lambda *_: None)
+    assert (connection.breaker.policy.failure_rate, connection.breaker.policy.window) == (0.5, 20)
+    await connection.channel.close()
+
+
+def _config_keys(model: type[BaseModel], prefix: str) -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys += _config_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def test_every_config_key_is_documented() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    keys = (
+        _config_keys(ServerConfig, "server.")
+        + _config_keys(ModelConfig, "model.")
+        + _config_keys(ProfileConfig, "profiles.NAME.")
+        + _config_keys(ToolServerConfig, "tool_servers[].")
+        + _config_keys(TelemetryConfig, "telemetry.")
+        + _config_keys(PriceConfig, "prices.MODEL.")
+        + _config_keys(SessionsConfig, "sessions.")
+        + _config_keys(CacheConfig, "cache.")
+    )
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing
