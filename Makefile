@@ -97,6 +97,7 @@ lint: install buf-lint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 pytest: install $(BUF) postgres
 	$(PY) -m pytest -q

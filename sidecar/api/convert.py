@@ -6,6 +6,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
+from sidecar.tools.catalog import CatalogTool
 from sidecar.types import (
     BudgetOverrun,
     CacheResult,
@@ -14,6 +15,7 @@ from sidecar.types import (
     RunOutcome,
     Session,
     Stage,
+    ToolAvailability,
     ToolCallDetail,
     ToolOutcome,
     Turn,
@@ -154,6 +156,16 @@ def turn(t: Turn) -> agent_pb2.Turn:
         end_time=timestamp(t.end_time),
         usage=usage(t.usage),
     )
+
+
+def session_tool(tool: CatalogTool, availability: ToolAvailability) -> agent_pb2.SessionTool:
+    entry = agent_pb2.SessionTool(
+        tool=tool.descriptor,
+        server=tool.server,
+        availability=int(availability),  # type: ignore[arg-type]
+    )
+    entry.tool.name = tool.name  # the name the model sees
+    return entry
 
 
 def session(s: Session) -> agent_pb2.Session:

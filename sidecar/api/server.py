@@ -21,6 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agentsidecar.reflection import enable_reflection
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar.agent.agent import Agent
+from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.api.service import AgentServicer
 from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key, resolve_postgres_dsn
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 # After the drain's last refusal, how long no further call may arrive before the server
-# stops (see AgentServicer.wait_refusals_settled).
+# stops (see Agent.wait_refusals_settled).
 _REFUSALS_QUIET = 0.25
 
 
@@ -82,6 +84,7 @@ class Sidecar:
         self.port = 0
         self._ready_task: asyncio.Task[None] | None = None
         self._servicer: AgentServicer | None = None
+        self.agent: Agent | None = None
 
     def _discovered(self, server: str, response: object) -> None:
         if self.catalog.update(server, response):  # type: ignore[arg-type]
@@ -157,7 +160,14 @@ class Sidecar:
         ]
         server = grpc.aio.server(options=options)
         assert self.store is not None
-        self._servicer = AgentServicer(loop, self.store, context, self.telemetry)
+        self.agent = Agent(
+            loop,
+            self.store,
+            context=context,
+            telemetry=self.telemetry,
+            prices=PriceTable(self.config.prices),
+        )
+        self._servicer = AgentServicer(self.agent)
         if self.telemetry.metrics is not None:
             metrics = self.config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
@@ -199,26 +209,27 @@ class Sidecar:
         if self._ready_task is not None and not self._ready_task.done():
             self._ready_task.cancel()
         await self.health.enter_graceful_shutdown()
-        if self._servicer is not None:
+        agent = self.agent
+        if agent is not None:
             # Refuse new runs with UNAVAILABLE (actionable) while the port stays open,
             # and give the runs in flight the grace period.
-            self._servicer.start_draining()
+            agent.start_draining()
             deadline = asyncio.get_running_loop().time() + grace
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self._servicer.wait_idle()
+                    await agent.wait_idle()
             except TimeoutError:
                 log.warning("grace period over; cancelling the runs still in flight")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
-                    await self._servicer.wait_refusals_settled(_REFUSALS_QUIET)
+                    await agent.wait_refusals_settled(_REFUSALS_QUIET)
         if self._server is not None:
             await self._server.stop(0.5)
-        if self._servicer is not None:
+        if agent is not None:
             # Cancelled runs store their turns as they unwind: let them before closing.
             try:
                 async with asyncio.timeout(5):
-                    await self._servicer.wait_idle()
+                    await agent.wait_idle()
             except TimeoutError:
                 log.warning("runs still storing their turns after 5s; closing the store")
         if self.memory is not None:

@@ -1,49 +1,56 @@
-"""``AgentService`` over gRPC: requests in, the loop, events and results out.
+"""``AgentService`` over gRPC: requests in, the agent, events, results and errors out.
 
-The proto layer stops here: requests are checked and turned into plain values, the loop
-runs on plain types, and events become messages only when a caller streams them.
+This module only converts. Requests become calls of :class:`~sidecar.agent.agent.Agent`;
+its answers and the loop's events become messages; its errors become statuses through
+the one table in :mod:`sidecar.api.status`. Every handler answers through
+:func:`_answers`, so nothing here picks a status code and no exception text leaks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
-from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
+from sidecar.agent.agent import Agent, ClaimedTurn
+from sidecar.agent.approvals import Decision
 from sidecar.api import convert
-from sidecar.config import SidecarConfig
-from sidecar.context.assembler import ContextAssembler
-from sidecar.errors import SessionBusy, SessionExists, SessionNotFound
-from sidecar.sessions.store import SessionStore
-from sidecar.telemetry import Telemetry
-from sidecar.tools.catalog import CatalogTool
-from sidecar.types import (
-    BudgetOverrun,
-    Clock,
-    RunError,
-    RunOutcome,
-    Session,
-    Stage,
-    StopReason,
-    ToolCall,
-    ToolOutcome,
-    Turn,
-    Usage,
-)
+from sidecar.api.status import internal_status, to_status
+from sidecar.errors import InvalidRequest, SidecarError
+from sidecar.types import BudgetOverrun, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Usage
 
 log = logging.getLogger(__name__)
 
-# A run with no caller deadline still ends: a wedged run must never hold a session forever.
-DEFAULT_RUN_TIMEOUT = 600.0
-_RESULT_MARGIN = 0.25
-_TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    status = to_status(exc) if isinstance(exc, SidecarError) else internal_status(exc)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def _answers(
+    handler: Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]],
+) -> Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]]:
+    """A unary handler whose errors become statuses with details."""
+
+    @functools.wraps(handler)
+    async def wrapped(self: Any, request: _Request, context: grpc.aio.ServicerContext) -> _Response:
+        try:
+            return await handler(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable: abort raises") from None
+
+    return wrapped
 
 
 class _StreamSink:
@@ -99,333 +106,105 @@ class _StreamSink:
         self.put(budget_exceeded=convert.budget_exceeded(overrun))
 
 
+def _failed_run(exc: BaseException) -> RunOutcome:
+    """The outcome of a run that failed on a bug: its error names the log line, nothing more."""
+    status = internal_status(exc)
+    failed = RunOutcome("", StopReason.MODEL_ERROR, Usage(), [], 0.0, 0, 0)
+    failed.error = RunError("internal", status.details, False)
+    return failed
+
+
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    """Implements ``agentsidecar.v1.AgentService``."""
+    """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`."""
 
-    def __init__(
-        self,
-        loop: AgentLoop,
-        store: SessionStore,
-        context: ContextAssembler | None = None,
-        telemetry: Telemetry | None = None,
-    ) -> None:
-        self._loop = loop
-        self._store = store
-        self._context = context or ContextAssembler(
-            {name: p.config for name, p in loop.profiles.items()}, None
-        )
-        self._telemetry = telemetry or Telemetry.from_config(SidecarConfig())
-        self._approvals: dict[tuple[str, str], asyncio.Future[tuple[bool, str]]] = {}
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
         self._runs: set[asyncio.Task[Any]] = set()
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self.draining = False
-        self._last_refusal = 0.0
 
-    def start_draining(self) -> None:
-        """Refuse new sessions and runs from now on; runs in flight go on."""
-        self.draining = True
-        self._last_refusal = time.monotonic()
+    # -- sessions -----------------------------------------------------------------------
 
-    async def wait_idle(self) -> None:
-        """Wait until no run is in flight."""
-        await self._idle.wait()
-
-    async def wait_refusals_settled(self, quiet: float) -> None:
-        """Wait until no call has been refused for ``quiet`` seconds (since draining began).
-
-        Under load, grpc holds calls it has accepted but not yet handed to a handler;
-        stopping the server cancels those with CANCELLED, which callers neither expect
-        for a call sent before the drain nor retry. While refusals keep coming, some
-        may still be waiting: let the handlers refuse them with UNAVAILABLE first.
-        """
-        # A timer whose end moves with each refusal, not a poll for a condition.
-        while (left := self._last_refusal + quiet - time.monotonic()) > 0:  # noqa: ASYNC110
-            await asyncio.sleep(left)
-
-    async def _refuse_if_draining(self, context: grpc.aio.ServicerContext) -> None:
-        if self.draining:
-            self._last_refusal = time.monotonic()
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                "the sidecar is shutting down; retry on another replica or after restart",
-            )
-
-    # -- sessions ---------------------------------------------------------------------
-
+    @_answers
     async def CreateSession(
         self, request: agent_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.CreateSessionResponse:
-        await self._refuse_if_draining(context)
-        profile = request.profile or "default"
-        if profile not in self._loop.profiles:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown profile {profile!r}; configured: {sorted(self._loop.profiles)}",
-            )
-        try:
-            session = await self._store.create(profile, request.session_id, request.labels)
-        except SessionExists:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS, f"session {request.session_id!r} already exists"
-            )
+        session = await self._agent.create_session(
+            request.profile or "default", request.session_id, request.labels
+        )
         return agent_pb2.CreateSessionResponse(session=convert.session(session))
 
+    @_answers
     async def GetSession(
         self, request: agent_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.GetSessionResponse:
-        session = await self._session(request.session_id, context)
+        session = await self._agent.get_session(request.session_id)
         return agent_pb2.GetSessionResponse(session=convert.session(session))
 
+    @_answers
     async def DeleteSession(
         self, request: agent_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DeleteSessionResponse:
-        if not request.session_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
-        return agent_pb2.DeleteSessionResponse(deleted=await self._store.delete(request.session_id))
+        deleted = await self._agent.delete_session(request.session_id)
+        return agent_pb2.DeleteSessionResponse(deleted=deleted)
 
+    @_answers
     async def ListSessionTools(
-        self, request: agent_pb2.ListSessionToolsRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ListSessionToolsResponse:
-        session = await self._session(request.session_id, context)
-        profile = self._loop.profiles[session.profile]
-        tools = []
-        for tool, availability in self._loop.session_tools(profile):
-            entry = agent_pb2.SessionTool(
-                tool=tool.descriptor,
-                server=tool.server,
-                availability=int(availability),  # type: ignore[arg-type]
-            )
-            entry.tool.name = tool.name
-            tools.append(entry)
-        return agent_pb2.ListSessionToolsResponse(tools=tools)
-
-    async def _session(self, session_id: str, context: grpc.aio.ServicerContext) -> Session:
-        if not session_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
-        session = await self._store.get(session_id)
-        if session is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {session_id!r}")
-        assert session is not None
-        return session
-
-    # -- runs -------------------------------------------------------------------------
-
-    async def _begin(
-        self, session_id: str, user_input: str, context: grpc.aio.ServicerContext, run_id: str
-    ) -> tuple[Session, Profile, float]:
-        """Check the request, load the session and take its lock (the turn's start record).
-
-        Returns the session, its profile and the turn's wall-clock start.
-        """
-        await self._refuse_if_draining(context)
-        if not user_input:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "input must not be empty")
-        session = await self._session(session_id, context)
-        profile = self._loop.profiles.get(session.profile)
-        if profile is None:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"session {session_id!r} uses profile {session.profile!r}, "
-                "which is no longer configured",
-            )
-        assert profile is not None
-        started = time.time()
-        claim = asyncio.ensure_future(
-            self._store.begin_turn(session_id, run_id, user_input, started)
-        )
-        try:
-            await asyncio.shield(claim)
-        except asyncio.CancelledError:
-            # The caller left while the session was being claimed: never leave it claimed.
-            claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
-            if claimed:
-                await self._cancelled_turn(session_id, run_id, user_input, started)
-            raise
-        except SessionBusy:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"session {session_id!r} is already running a turn; wait for it to finish",
-            )
-        except SessionNotFound:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {session_id!r}")
-        return session, profile, started
-
-    async def _cancelled_turn(
-        self, session_id: str, run_id: str, user_input: str, started: float
-    ) -> None:
-        turn = Turn(run_id, user_input, "", StopReason.CANCELLED, started, time.time())
-        await asyncio.shield(self._store.finish_turn(session_id, turn))
-
-    async def _execute(
         self,
-        session: Session,
-        profile: Profile,
-        run_id: str,
-        user_input: str,
+        request: agent_pb2.ListSessionToolsRequest,
         context: grpc.aio.ServicerContext,
-        structured: bool,
-        sink: _StreamSink | None,
-        clock: Clock,
-        started: float,
-    ) -> RunOutcome:
-        remaining = context.time_remaining()
-        if remaining is None:
-            budget = DEFAULT_RUN_TIMEOUT
-        else:
-            # Keep a little of the caller's deadline back to deliver the result in.
-            budget = min(remaining - min(_RESULT_MARGIN, remaining * 0.1), DEFAULT_RUN_TIMEOUT)
-        deadline = time.monotonic() + budget
-        invocation = context.invocation_metadata() or ()
-        telemetry = self._telemetry
-        trace = telemetry.run_started(
-            profile=profile.name,
-            session_id=session.session_id,
-            run_id=run_id,
-            metadata=invocation,
-            clock=clock,
-            streamed=sink is not None,
+    ) -> agent_pb2.ListSessionToolsResponse:
+        tools = await self._agent.session_tools(request.session_id)
+        return agent_pb2.ListSessionToolsResponse(
+            tools=[convert.session_tool(tool, availability) for tool, availability in tools]
         )
-        # Traced, each tool call carries its own span's context; otherwise the caller's
-        # trace context passes through to the tool servers as it came.
-        metadata = [] if trace else [(k, v) for k, v in invocation if k in _TRACE_HEADERS]
-        self._active += 1
-        self._idle.clear()
-        result: RunResultWithMessages | None = None
-        window = None
-        try:
-            window = self._context.window(
-                session,
-                profile.name,
-                profile.system_message,
-                self._loop.tool_definitions(profile),
-                user_input,
-            )
-            result = await self._loop.run(
-                profile,
-                window.messages,
-                user_input,
-                deadline=deadline,
-                structured=structured,
-                sink=sink,
-                # Approval needs a caller who sees approval_required events: a unary
-                # run has none, so its calls that need approval are denied at once.
-                approver=self._approver(session, profile, deadline) if sink else None,
-                metadata=metadata,
-                clock=clock,
-                trace=trace,
-            )
-            return result.outcome
-        finally:
-            outcome = result.outcome if result is not None else None
-            turn = Turn(
-                run_id=run_id,
-                input=user_input,
-                answer=outcome.answer if outcome else "",
-                stop_reason=outcome.stop_reason if outcome else StopReason.CANCELLED,
-                start_time=started,
-                end_time=time.time(),
-            )
-            if outcome is not None:
-                turn.usage = outcome.usage
-            if result is not None:
-                turn.messages = result.messages
-            persisting = clock.now()
-            try:
-                # The turn must be stored even when the run was cancelled.
-                await asyncio.shield(self._store.finish_turn(session.session_id, turn))
-                if window is not None:
-                    self._context.turn_finished(session, profile.name, window)
-            finally:
-                self._active -= 1
-                if self._active == 0:
-                    self._idle.set()
-                end = clock.now()
-                if outcome is not None:
-                    outcome.add_persistence(persisting, end)
-                telemetry.run_finished(
-                    profile=profile.name,
-                    model=self._loop.model.name,
-                    session_id=session.session_id,
-                    run_id=run_id,
-                    outcome=outcome,
-                    trace=trace,
-                    end=end,
-                )
 
-    def _approver(self, session: Session, profile: Profile, deadline: float) -> Any:
-        async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
-            key = (session.session_id, call.id)
-            future: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
-            self._approvals[key] = future
-            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
-            try:
-                async with asyncio.timeout(max(0.0, timeout)):
-                    return await future
-            except TimeoutError:
-                return False, "no decision arrived in time"
-            finally:
-                self._approvals.pop(key, None)
+    @_answers
+    async def ApproveToolCall(
+        self, request: agent_pb2.ApproveToolCallRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ApproveToolCallResponse:
+        if request.decision == agent_pb2.APPROVAL_DECISION_UNSPECIFIED:
+            raise InvalidRequest.field("decision", "must be APPROVE or DENY")
+        approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
+        self._agent.decide(request.session_id, request.call_id, Decision(approved, request.reason))
+        return agent_pb2.ApproveToolCallResponse()
 
-        return approve
+    # -- runs ---------------------------------------------------------------------------
 
+    @_answers
     async def Run(
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.RunResponse:
-        clock = Clock()
-        run_id = uuid.uuid4().hex
-        session, profile, started = await self._begin(
-            request.session_id, request.input, context, run_id
+        turn = await self._agent.begin_turn(request.session_id, request.input)
+        outcome = await self._agent.run_turn(
+            turn,
+            structured=True,
+            sink=None,
+            time_remaining=context.time_remaining(),
+            metadata=context.invocation_metadata() or (),
         )
-        outcome = await self._execute(
-            session, profile, run_id, request.input, context, True, None, clock, started
-        )
-        return agent_pb2.RunResponse(run_id=run_id, result=convert.run_result(outcome))
+        return agent_pb2.RunResponse(run_id=turn.run_id, result=convert.run_result(outcome))
 
     async def StreamRun(
         self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
-        clock = Clock()
-        run_id = uuid.uuid4().hex
-        session, profile, started = await self._begin(
-            request.session_id, request.input, context, run_id
-        )
+        try:
+            turn = await self._agent.begin_turn(request.session_id, request.input)
+        except Exception as exc:
+            await _abort(context, exc)
+            return
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
         queue: asyncio.Queue[agent_pb2.StreamRunResponse | None] = asyncio.Queue()
-        sink = _StreamSink(queue, run_id)
+        sink = _StreamSink(queue, turn.run_id)
         sink.put(
             run_started=agent_pb2.RunStarted(
-                session_id=session.session_id, profile=profile.name, model=self._loop.model.name
+                session_id=turn.session.session_id,
+                profile=turn.profile.name,
+                model=self._agent.model_name,
             )
         )
-
         began = asyncio.Event()
-
-        async def drive() -> None:
-            began.set()
-            try:
-                outcome = await self._execute(
-                    session,
-                    profile,
-                    run_id,
-                    request.input,
-                    context,
-                    structured,
-                    sink,
-                    clock,
-                    started,
-                )
-                sink.put(run_finished=convert.run_result(outcome))
-            except Exception as exc:  # a bug, not a run failure: report it, don't hang
-                log.exception("run %s failed", run_id)
-                failed = RunOutcome("", StopReason.MODEL_ERROR, Usage(), [], 0.0, 0, 0)
-                failed.error = RunError("internal", f"internal error: {exc}", False)
-                sink.put(run_finished=convert.run_result(failed))
-            finally:
-                queue.put_nowait(None)
-
-        task = asyncio.get_running_loop().create_task(drive(), name=f"run:{run_id}")
+        task = asyncio.get_running_loop().create_task(
+            self._drive(turn, structured, sink, queue, context, began), name=f"run:{turn.run_id}"
+        )
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
         try:
@@ -438,22 +217,29 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             await asyncio.gather(task, return_exceptions=True)
             if not began.is_set():
                 # Cancelled before it began, so it recorded nothing: release the session.
-                await self._cancelled_turn(session.session_id, run_id, request.input, started)
+                await self._agent.abandon_turn(turn)
 
-    async def ApproveToolCall(
-        self, request: agent_pb2.ApproveToolCallRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ApproveToolCallResponse:
-        if request.decision == agent_pb2.APPROVAL_DECISION_UNSPECIFIED:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "decision must be APPROVE or DENY"
-            )
-        future = self._approvals.get((request.session_id, request.call_id))
-        if future is None or future.done():
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"no call {request.call_id!r} is waiting for approval in session "
-                f"{request.session_id!r}",
-            )
-        assert future is not None
-        future.set_result((request.decision == agent_pb2.APPROVAL_DECISION_APPROVE, request.reason))
-        return agent_pb2.ApproveToolCallResponse()
+    async def _drive(
+        self,
+        turn: ClaimedTurn,
+        structured: bool,
+        sink: _StreamSink,
+        queue: asyncio.Queue[agent_pb2.StreamRunResponse | None],
+        context: grpc.aio.ServicerContext,
+        began: asyncio.Event,
+    ) -> None:
+        began.set()
+        try:
+            try:
+                outcome = await self._agent.run_turn(
+                    turn,
+                    structured=structured,
+                    sink=sink,
+                    time_remaining=context.time_remaining(),
+                    metadata=context.invocation_metadata() or (),
+                )
+            except Exception as exc:  # a bug, not a run failure: report it, don't hang
+                outcome = _failed_run(exc)
+            sink.put(run_finished=convert.run_result(outcome))
+        finally:
+            queue.put_nowait(None)

@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sidecar.context.trim import cap
 from sidecar.errors import ModelError
 from sidecar.llm.model import Model, ModelRequest
-from sidecar.sessions.store import SessionStore
 from sidecar.types import Session, StopReason, Turn, Usage
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,15 @@ def _describe(message: dict[str, Any]) -> list[str]:
     return []  # the user message is the turn's input, already written
 
 
+class MemoryStore(Protocol):
+    """Where memories are kept: a session store (``sidecar.sessions``) is one."""
+
+    async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
+        """Store a memory covering the oldest ``memory_turns`` turns, unless the stored
+        one already covers as many; True when it was stored."""
+        ...
+
+
 class MemoryKeeper:
     """Summarises dropped turns into sessions' memories, one background call at a time
     per session. Counts what it did, for metrics.
@@ -71,7 +79,7 @@ class MemoryKeeper:
         timeout: seconds one summary call may take.
     """
 
-    def __init__(self, model: Model, store: SessionStore, *, timeout: float = 60.0) -> None:
+    def __init__(self, model: Model, store: MemoryStore, *, timeout: float = 60.0) -> None:
         self._model = model
         self._store = store
         self._timeout = timeout

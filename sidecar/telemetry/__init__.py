@@ -1,9 +1,9 @@
-"""Telemetry: Prometheus metrics, OpenTelemetry tracing, the timeline log and run cost.
+"""Telemetry: Prometheus metrics, OpenTelemetry tracing and the timeline log.
 
 :class:`Telemetry` is what the service and the server hold. Each part is None when it is
 off, so a hook on the hot path costs one attribute test and nothing else: no span, no
-label lookup, no record is built. Cost is always computed (one dict lookup per run),
-because it belongs to the run's result, not to telemetry.
+label lookup, no record is built. A run's cost belongs to its result, not to telemetry:
+the agent prices it before telemetry records it.
 
 OpenTelemetry is an optional dependency (``pip install 'agent-sidecar[tracing]'``); it
 is imported only when tracing is on.
@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from sidecar.agent.cost import PriceTable
 from sidecar.config import SidecarConfig
 from sidecar.errors import ModelError, TelemetryUnavailable
 from sidecar.telemetry.metrics import Metrics
@@ -41,11 +40,10 @@ def own_version() -> str:
 
 
 class Telemetry:
-    """The sidecar's metrics, tracing, timeline log and price table.
+    """The sidecar's metrics, tracing and timeline log.
 
     Args:
         label: The config/version label of timeline records.
-        prices: The price table for run cost.
         metrics: Prometheus metrics, or None when off.
         tracing: OpenTelemetry tracing, or None when off.
         timeline_log: The timeline log, or None when off.
@@ -55,13 +53,11 @@ class Telemetry:
         self,
         *,
         label: str,
-        prices: PriceTable,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
         timeline_log: TimelineLog | None = None,
     ) -> None:
         self.label = label
-        self.prices = prices
         self.metrics = metrics
         self.tracing = tracing
         self.timeline_log = timeline_log
@@ -95,7 +91,6 @@ class Telemetry:
                 ) from None
         return cls(
             label=settings.label or f"agent-sidecar {own_version()}",
-            prices=PriceTable(config.prices),
             metrics=Metrics() if settings.metrics.enabled else None,
             tracing=tracing,
             timeline_log=log,
@@ -157,7 +152,7 @@ class Telemetry:
         trace: RunTrace | None,
         end: float,
     ) -> None:
-        """Price the run, then record it everywhere telemetry is on.
+        """Record the run (priced already) everywhere telemetry is on.
 
         Never raises: a failing record (a full disk under the timeline log) is logged,
         and the run's result goes out all the same.
@@ -172,8 +167,6 @@ class Telemetry:
             end: The run's end, as an offset on its clock.
         """
         reason = StopReason.CANCELLED if outcome is None else outcome.stop_reason
-        if outcome is not None:
-            outcome.cost = self.prices.cost(model, outcome.usage)
         try:
             if self.metrics is not None:
                 self.metrics.profile(profile).in_flight.dec()

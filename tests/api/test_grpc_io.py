@@ -71,7 +71,9 @@ async def test_a_server_does_its_grpc_io_without_waking_event_engine_threads(
     finally:
         default.stop()
     assert default_switches >= CALLS, "with gRPC's defaults, each call wakes its I/O threads"
-    assert tuned_switches < CALLS / 4
+    # Measured against the defaults in the same conditions: a loaded machine wakes idle
+    # threads now and then too (timers), so an absolute bound would measure the machine.
+    assert tuned_switches < default_switches / 4
 
 
 def test_loading_grpc_leaves_the_environment_as_it_found_it() -> None:

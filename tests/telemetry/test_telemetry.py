@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 import pytest
-from tests.conftest import PRICES
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
+from tests.conftest import PRICES
 from tests.support.otlp import OtlpReceiver
 from tests.support.stack import (
     Scrape,

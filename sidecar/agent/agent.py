@@ -1,0 +1,370 @@
+"""The agent, transport-free: sessions, a turn's whole lifecycle, approvals, the drain.
+
+A front (the gRPC service, a background runner, an HTTP gateway) turns its requests into
+calls of :class:`Agent` and its answers back; everything between is here. A turn:
+
+1. :meth:`Agent.begin_turn` checks the request, loads the session and claims it (the
+   store's turn-start record, which is also the session's lock).
+2. :meth:`Agent.run_turn` builds the window over the session's history, runs the loop,
+   stores the turn (also when the run is cancelled), prices it, schedules the memory
+   summary the window asked for, and reports it to telemetry.
+3. A claimed turn that never runs (the caller left first) is released with
+   :meth:`Agent.abandon_turn`.
+
+Errors are :class:`~sidecar.errors.RequestError` subclasses; the front maps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sidecar.agent.approvals import Approvals, Decision
+from sidecar.agent.cost import PriceTable
+from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
+from sidecar.context.assembler import ContextAssembler
+from sidecar.errors import (
+    Draining,
+    InvalidRequest,
+    ProfileNotFound,
+    ProfileRemoved,
+    SessionNotFound,
+)
+from sidecar.sessions.store import SessionStore
+from sidecar.telemetry import Telemetry
+from sidecar.tools.catalog import CatalogTool
+from sidecar.tools.dispatch import Approver
+from sidecar.types import (
+    Clock,
+    EventSink,
+    RunOutcome,
+    Session,
+    StopReason,
+    ToolAvailability,
+    ToolCall,
+    Turn,
+)
+
+__all__ = ["DEFAULT_RUN_TIMEOUT", "Agent", "ClaimedTurn"]
+
+DEFAULT_RUN_TIMEOUT = 600.0
+"""Seconds a run may take when its caller set no deadline: a wedged run must never hold
+a session forever."""
+_RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
+_DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another replica)
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+@dataclass(slots=True, kw_only=True)
+class ClaimedTurn:
+    """A turn whose session is claimed: it runs, or it is abandoned."""
+
+    session: Session
+    profile: Profile
+    run_id: str
+    input: str
+    started: float
+    """Wall-clock start, seconds since the epoch."""
+    clock: Clock = field(default_factory=Clock)
+    """The run's clock, started when the request arrived."""
+
+
+class Agent:
+    """Sessions and turns over one loop, one session store and one telemetry.
+
+    Args:
+        loop: The decision loop (model, tools, profiles).
+        store: Where sessions live.
+        context: Builds each run's window; unset: windows with no memory.
+        telemetry: Metrics, tracing and the timeline log; unset: all off.
+        prices: Prices each run's tokens; unset: no run has a cost.
+    """
+
+    def __init__(
+        self,
+        loop: AgentLoop,
+        store: SessionStore,
+        *,
+        context: ContextAssembler | None = None,
+        telemetry: Telemetry | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.loop = loop
+        self.store = store
+        self.context = context or ContextAssembler(
+            {name: p.config for name, p in loop.profiles.items()}, None
+        )
+        self.telemetry = telemetry or Telemetry(label="agent-sidecar")
+        self.prices = prices or PriceTable({})
+        self.approvals = Approvals()
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.draining = False
+        self._last_refusal = 0.0
+
+    @property
+    def model_name(self) -> str:
+        return self.loop.model.name
+
+    # -- the drain ----------------------------------------------------------------------
+
+    def start_draining(self) -> None:
+        """Refuse new sessions and turns from now on; turns in flight go on."""
+        self.draining = True
+        self._last_refusal = time.monotonic()
+
+    async def wait_idle(self) -> None:
+        """Wait until no turn is in flight."""
+        await self._idle.wait()
+
+    async def wait_refusals_settled(self, quiet: float) -> None:
+        """Wait until nothing has been refused for ``quiet`` seconds (since the drain began).
+
+        A front may hold requests it has accepted but not yet handed over (grpc does,
+        under load); stopping it would cancel those, which callers neither expect for a
+        request sent before the drain nor retry. While refusals keep coming, some may
+        still be waiting: let them be refused with a retryable error first.
+        """
+        # A timer whose end moves with each refusal, not a poll for a condition.
+        while (left := self._last_refusal + quiet - time.monotonic()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left)
+
+    def _refuse_if_draining(self) -> None:
+        if self.draining:
+            self._last_refusal = time.monotonic()
+            raise Draining(_DRAIN_RETRY_AFTER)
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def profile(self, name: str) -> Profile:
+        """The configured profile ``name``.
+
+        Raises:
+            ProfileNotFound: no such profile.
+        """
+        profile = self.loop.profiles.get(name)
+        if profile is None:
+            raise ProfileNotFound(name, list(self.loop.profiles))
+        return profile
+
+    async def create_session(
+        self, profile: str, session_id: str, labels: Mapping[str, str]
+    ) -> Session:
+        """Start a session under ``profile``; an empty ``session_id`` gets a generated one.
+
+        Raises:
+            Draining: the sidecar is shutting down.
+            ProfileNotFound: no such profile.
+            SessionExists: the id is taken.
+        """
+        self._refuse_if_draining()
+        self.profile(profile)
+        return await self.store.create(profile, session_id, labels)
+
+    async def get_session(self, session_id: str) -> Session:
+        """The session with its turns.
+
+        Raises:
+            InvalidRequest: the id is empty.
+            SessionNotFound: no such session.
+        """
+        if not session_id:
+            raise InvalidRequest.field("session_id", "is required")
+        session = await self.store.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its turns; False when there was none.
+
+        Raises:
+            InvalidRequest: the id is empty.
+        """
+        if not session_id:
+            raise InvalidRequest.field("session_id", "is required")
+        return await self.store.delete(session_id)
+
+    async def session_tools(self, session_id: str) -> list[tuple[CatalogTool, ToolAvailability]]:
+        """The tools the session's profile allows, each with whether it can be called now.
+
+        Raises:
+            InvalidRequest: the id is empty.
+            SessionNotFound: no such session.
+        """
+        session = await self.get_session(session_id)
+        return self.loop.session_tools(self.loop.profiles[session.profile])
+
+    def decide(self, session_id: str, call_id: str, decision: Decision) -> None:
+        """Approve or deny a call waiting for approval.
+
+        Raises:
+            CallNotPending: no such call is waiting.
+        """
+        self.approvals.decide(session_id, call_id, decision)
+
+    # -- turns ---------------------------------------------------------------------------
+
+    async def begin_turn(self, session_id: str, user_input: str) -> ClaimedTurn:
+        """Check the request, load the session and claim it for a new turn.
+
+        Raises:
+            Draining: the sidecar is shutting down.
+            InvalidRequest: the input or the session id is empty.
+            SessionNotFound: no such session.
+            ProfileRemoved: the session's profile is no longer configured.
+            SessionBusy: another turn holds the session.
+        """
+        clock = Clock()
+        self._refuse_if_draining()
+        if not user_input:
+            raise InvalidRequest.field("input", "must not be empty")
+        session = await self.get_session(session_id)
+        profile = self.loop.profiles.get(session.profile)
+        if profile is None:
+            raise ProfileRemoved(session_id, session.profile)
+        turn = ClaimedTurn(
+            session=session,
+            profile=profile,
+            run_id=uuid.uuid4().hex,
+            input=user_input,
+            started=time.time(),
+            clock=clock,
+        )
+        claim = asyncio.ensure_future(
+            self.store.begin_turn(session_id, turn.run_id, user_input, turn.started)
+        )
+        try:
+            await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # The caller left while the session was being claimed: never leave it claimed.
+            claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
+            if claimed:
+                await self.abandon_turn(turn)
+            raise
+        return turn
+
+    async def abandon_turn(self, turn: ClaimedTurn) -> None:
+        """Release a claimed turn that never ran; it is stored as cancelled."""
+        record = Turn(turn.run_id, turn.input, "", StopReason.CANCELLED, turn.started, time.time())
+        await asyncio.shield(self.store.finish_turn(turn.session.session_id, record))
+
+    async def run_turn(
+        self,
+        turn: ClaimedTurn,
+        *,
+        structured: bool,
+        sink: EventSink | None,
+        time_remaining: float | None,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+    ) -> RunOutcome:
+        """Run a claimed turn to its end and store it, also when it is cancelled.
+
+        Args:
+            turn: From :meth:`begin_turn`.
+            structured: OUTPUT_MODE_STRUCTURED: no text deltas, the profile's answer schema.
+            sink: Receives the run's events; None when nobody streams them (and then no
+                call can be approved: calls that need approval are denied at once).
+            time_remaining: Seconds left of the caller's deadline; None: no deadline.
+            metadata: The caller's request metadata (trace context is passed on).
+        """
+        if time_remaining is None:
+            budget = DEFAULT_RUN_TIMEOUT
+        else:
+            # Keep a little of the caller's deadline back to deliver the result in.
+            margin = min(_RESULT_MARGIN, time_remaining * 0.1)
+            budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
+        deadline = time.monotonic() + budget
+        session, profile, clock = turn.session, turn.profile, turn.clock
+        telemetry = self.telemetry
+        trace = telemetry.run_started(
+            profile=profile.name,
+            session_id=session.session_id,
+            run_id=turn.run_id,
+            metadata=metadata,
+            clock=clock,
+            streamed=sink is not None,
+        )
+        # Traced, each tool call carries its own span's context; otherwise the caller's
+        # trace context passes through to the tool servers as it came.
+        passed = (
+            []
+            if trace
+            else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
+        )
+        self._active += 1
+        self._idle.clear()
+        result: RunResultWithMessages | None = None
+        window = None
+        try:
+            window = self.context.window(
+                session,
+                profile.name,
+                profile.system_message,
+                self.loop.tool_definitions(profile),
+                turn.input,
+            )
+            result = await self.loop.run(
+                profile,
+                window.messages,
+                turn.input,
+                deadline=deadline,
+                structured=structured,
+                sink=sink,
+                approver=self._approver(session, profile, deadline) if sink else None,
+                metadata=passed,
+                clock=clock,
+                trace=trace,
+            )
+            return result.outcome
+        finally:
+            outcome = result.outcome if result is not None else None
+            record = Turn(
+                run_id=turn.run_id,
+                input=turn.input,
+                answer=outcome.answer if outcome else "",
+                stop_reason=outcome.stop_reason if outcome else StopReason.CANCELLED,
+                start_time=turn.started,
+                end_time=time.time(),
+            )
+            if outcome is not None:
+                record.usage = outcome.usage
+                outcome.cost = self.prices.cost(self.model_name, outcome.usage)
+            if result is not None:
+                record.messages = result.messages
+            persisting = clock.now()
+            try:
+                # The turn must be stored even when the run was cancelled.
+                await asyncio.shield(self.store.finish_turn(session.session_id, record))
+                if window is not None:
+                    self.context.turn_finished(session, profile.name, window)
+            finally:
+                self._active -= 1
+                if self._active == 0:
+                    self._idle.set()
+                end = clock.now()
+                if outcome is not None:
+                    outcome.add_persistence(persisting, end)
+                telemetry.run_finished(
+                    profile=profile.name,
+                    model=self.model_name,
+                    session_id=session.session_id,
+                    run_id=turn.run_id,
+                    outcome=outcome,
+                    trace=trace,
+                    end=end,
+                )
+
+    def _approver(self, session: Session, profile: Profile, deadline: float) -> Approver:
+        approvals = self.approvals
+
+        async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
+            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
+            decision = await approvals.wait(session.session_id, call.id, timeout)
+            return decision.approved, decision.reason
+
+        return approve
