@@ -6,7 +6,6 @@ own sessions, and its own scripted conversation (``sidecar_scenario.yaml``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -368,55 +367,6 @@ async def _status_code(call: Any) -> grpc.StatusCode:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call
     return info.value.code()
-
-
-async def test_bad_requests_get_status_codes_a_caller_can_act_on(client: AgentClient) -> None:
-    stub = client.stub
-    assert (
-        await _status_code(stub.Run(agent_pb2.RunRequest(session_id="nope", input="hi")))
-        == grpc.StatusCode.NOT_FOUND
-    )
-    session = await client.create_session()
-    assert (
-        await _status_code(stub.Run(agent_pb2.RunRequest(session_id=session.session_id)))
-        == grpc.StatusCode.INVALID_ARGUMENT
-    )
-    assert (
-        await _status_code(stub.CreateSession(agent_pb2.CreateSessionRequest(profile="ghost")))
-        == grpc.StatusCode.NOT_FOUND
-    )
-    assert (
-        await _status_code(
-            stub.CreateSession(agent_pb2.CreateSessionRequest(session_id=session.session_id))
-        )
-        == grpc.StatusCode.ALREADY_EXISTS
-    )
-    assert (
-        await _status_code(
-            stub.ApproveToolCall(
-                agent_pb2.ApproveToolCallRequest(
-                    session_id=session.session_id,
-                    call_id="x",
-                    decision=agent_pb2.APPROVAL_DECISION_APPROVE,
-                )
-            )
-        )
-        == grpc.StatusCode.NOT_FOUND
-    )
-
-
-async def test_a_session_runs_one_turn_at_a_time(client: AgentClient) -> None:
-    session = await client.create_session()
-    stream = client.stream(session.session_id, "hang please")
-    async with asyncio.timeout(10):
-        async for event in stream:
-            if event.WhichOneof("event") == "tool_call_started":
-                break
-        code = await _status_code(
-            client.stub.Run(agent_pb2.RunRequest(session_id=session.session_id, input="hi"))
-        )
-    await stream.aclose()
-    assert code == grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_session_tools_lists_what_the_profile_allows(client: AgentClient) -> None:

@@ -1,0 +1,237 @@
+"""Every error status carries machine-readable details, read back from real calls.
+
+Callers in any language branch on ``ErrorInfo.reason``, never on message text; field
+violations, the missing resource and retry delays ride along as ``google.rpc`` details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from agentsidecar.client import AgentClient
+from agentsidecar.errors import DOMAIN, ErrorDetails, error_details
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar.agent.agent import Agent
+from sidecar.agent.loop import AgentLoop
+from sidecar.api.service import AgentServicer
+from sidecar.api.status import REASONS
+from sidecar.config import ProfileConfig
+from sidecar.sessions.store import MemorySessionStore
+from sidecar.testing import ServerProcess
+from sidecar.tools.catalog import ToolCatalog
+from tests.support import ROOT
+from tests.support.stack import scripted_toolserver, sidecar, sidecar_config, simulator
+
+Call = Callable[[agent_pb2_grpc.AgentServiceStub, str], Awaitable[Any]]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(sim, [{"name": "scripted", "address": tools.address}])
+        with sidecar(config, tmp_path_factory.mktemp("sidecar")) as side:
+            yield {"sim": sim, "tools": tools, "sidecar": side}
+
+
+async def failure(call: Awaitable[Any]) -> ErrorDetails:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return error_details(info.value)
+
+
+def _run(session: str, text: str = "hi") -> Call:
+    return lambda stub, _: stub.Run(agent_pb2.RunRequest(session_id=session, input=text))
+
+
+BAD_REQUESTS: dict[str, tuple[Call, grpc.StatusCode, str]] = {
+    "unknown session": (
+        lambda stub, _: stub.GetSession(agent_pb2.GetSessionRequest(session_id="nope")),
+        grpc.StatusCode.NOT_FOUND,
+        "SESSION_NOT_FOUND",
+    ),
+    "run in an unknown session": (_run("nope"), grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
+    "unknown profile": (
+        lambda stub, _: stub.CreateSession(agent_pb2.CreateSessionRequest(profile="ghost")),
+        grpc.StatusCode.NOT_FOUND,
+        "PROFILE_NOT_FOUND",
+    ),
+    "taken session id": (
+        lambda stub, sid: stub.CreateSession(agent_pb2.CreateSessionRequest(session_id=sid)),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "SESSION_EXISTS",
+    ),
+    "empty input": (
+        lambda stub, sid: stub.Run(agent_pb2.RunRequest(session_id=sid)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    ),
+    "empty session id": (
+        lambda stub, _: stub.GetSession(agent_pb2.GetSessionRequest()),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    ),
+    "decision unspecified": (
+        lambda stub, sid: stub.ApproveToolCall(
+            agent_pb2.ApproveToolCallRequest(session_id=sid, call_id="x")
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    ),
+    "no such pending call": (
+        lambda stub, sid: stub.ApproveToolCall(
+            agent_pb2.ApproveToolCallRequest(
+                session_id=sid, call_id="x", decision=agent_pb2.APPROVAL_DECISION_APPROVE
+            )
+        ),
+        grpc.StatusCode.NOT_FOUND,
+        "CALL_NOT_PENDING",
+    ),
+}
+
+EXPECTED_DETAILS: dict[str, Callable[[ErrorDetails, str], bool]] = {
+    "unknown session": lambda d, _: d.resource == ("agentsidecar.v1.Session", "nope"),
+    "run in an unknown session": lambda d, _: d.resource == ("agentsidecar.v1.Session", "nope"),
+    "unknown profile": lambda d, _: d.resource == ("agentsidecar.v1.Profile", "ghost"),
+    "taken session id": lambda d, sid: d.resource == ("agentsidecar.v1.Session", sid),
+    "empty input": lambda d, _: d.violations == (("input", "must not be empty"),),
+    "empty session id": lambda d, _: d.violations == (("session_id", "is required"),),
+    "decision unspecified": lambda d, _: [f for f, _ in d.violations] == ["decision"],
+    "no such pending call": lambda d, sid: d.resource == ("agentsidecar.v1.ToolCall", f"{sid}/x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+async def test_a_bad_request_names_its_reason_and_what_was_wrong(
+    client: AgentClient, case: str
+) -> None:
+    call, code, reason = BAD_REQUESTS[case]
+    session = await client.create_session()
+
+    details = await failure(call(client.stub, session.session_id))
+
+    assert (details.code, details.reason, details.domain) == (code, reason, DOMAIN)
+    assert EXPECTED_DETAILS[case](details, session.session_id), details
+
+
+async def test_a_busy_session_says_when_to_retry(client: AgentClient) -> None:
+    session = await client.create_session()
+    stream = client.stream(session.session_id, "hang please")
+    async with asyncio.timeout(10):
+        async for event in stream:
+            if event.WhichOneof("event") == "tool_call_started":
+                break
+        details = await failure(_run(session.session_id)(client.stub, ""))
+    await stream.aclose()
+
+    assert (details.code, details.reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "SESSION_BUSY",
+    )
+    assert details.retry_delay is not None and details.retry_delay > 0
+    assert details.resource == ("agentsidecar.v1.Session", session.session_id)
+
+
+async def test_a_draining_sidecar_refuses_new_work_with_a_retry_delay(
+    stack: dict[str, ServerProcess], tmp_path: Path
+) -> None:
+    config = sidecar_config(stack["sim"], [{"name": "scripted", "address": stack["tools"].address}])
+    with sidecar({**config, "server": {"port": 0, "grace_period": 5}}, tmp_path) as side:
+        async with AgentClient(side.address) as c:
+            await c.wait_ready(20)
+            session = await c.create_session()
+            stream = c.stream(session.session_id, "hang please")
+            async for event in stream:
+                if event.WhichOneof("event") == "tool_call_started":
+                    break
+            side.send_signal(signal.SIGTERM)  # the hanging run holds the drain open
+            details = await _refused_while_draining(c)
+            await stream.aclose()
+
+    assert (details.code, details.reason) == (grpc.StatusCode.UNAVAILABLE, "DRAINING")
+    assert details.retry_delay is not None and details.retry_delay > 0
+
+
+async def _refused_while_draining(client: AgentClient) -> ErrorDetails:
+    """The first refusal once the signal has landed (it is handled asynchronously)."""
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                await client.create_session()
+            except grpc.aio.AioRpcError as exc:
+                return error_details(exc)
+            await asyncio.sleep(0.02)
+
+
+class _BrokenStore(MemorySessionStore):
+    """A store with a bug: reading a session raises something nobody planned for."""
+
+    async def get(self, session_id: str) -> Any:
+        raise RuntimeError("secret internals: /var/lib/agent/db.sqlite is corrupt")
+
+
+@pytest.fixture
+async def broken_server() -> AsyncIterator[str]:
+    profiles = {"default": ProfileConfig()}
+    loop = AgentLoop(_NoModel(), ToolCatalog(), {}, profiles)
+    server = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(
+        AgentServicer(Agent(loop, _BrokenStore())), server
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(0)
+
+
+class _NoModel:
+    name = "none"
+
+    async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no model call expected")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_unexpected_exception_is_internal_with_an_error_id_and_no_python_text(
+    broken_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="sidecar.api.status")
+    async with AgentClient(broken_server) as c:
+        details = await failure(c.get_session("s-1"))
+        streamed = await failure(
+            _first_event(c.stub.StreamRun(agent_pb2.StreamRunRequest(session_id="s-1", input="hi")))
+        )
+
+    for d in (details, streamed):
+        assert (d.code, d.reason) == (grpc.StatusCode.INTERNAL, "INTERNAL")
+        error_id = d.metadata["error_id"]
+        assert error_id in d.message
+        assert "secret" not in d.message and "RuntimeError" not in d.message
+        logged = [r for r in caplog.records if error_id in r.getMessage()]
+        assert logged and logged[0].exc_info is not None  # the traceback is in the log
+
+
+async def _first_event(stream: Any) -> Any:
+    async for event in stream:
+        return event
+    return None
+
+
+def test_every_reason_is_documented_in_the_proto_and_the_docs() -> None:
+    proto = (ROOT / "protos" / "agentsidecar" / "v1" / "agent.proto").read_text()
+    docs = (ROOT / "docs" / "errors.md").read_text()
+    for reason, code in REASONS.items():
+        assert re.search(rf"\b{reason}\b", proto), reason
+        assert re.search(rf"`{reason}`\s*\|\s*`?{code.name}`?", docs), reason
