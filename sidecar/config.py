@@ -7,7 +7,7 @@ invalid file fails with a message naming the offending key.
 
 from __future__ import annotations
 
-import os
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -33,33 +33,57 @@ class _Strict(BaseModel):
 
 
 class RetryPolicy(_Strict):
-    """How a failed call is retried. Defaults suit a loopback tool server."""
+    """How a failed call is retried: the tool servers' calls and the model's requests share
+    this one policy type, with defaults of their own (``tool_servers[].retry``,
+    ``model.retry``). Each retry waits a random time between zero and a cap that grows by
+    ``multiplier`` from ``initial_backoff`` up to ``max_backoff`` (full jitter: retries of
+    many callers spread out instead of arriving together); a wait that would outlast the
+    call's deadline ends the retries instead."""
 
     max_attempts: int = Field(3, ge=1, le=20)
     """Attempts in all, the first included. 1 disables retries."""
     initial_backoff: float = Field(0.05, ge=0)
-    """Seconds before the first retry; each retry waits ``multiplier`` times longer."""
+    """Seconds: the cap of the first retry's wait."""
     max_backoff: float = Field(2.0, ge=0)
     """Upper bound of one wait, in seconds."""
     multiplier: float = Field(2.0, ge=1)
-    """Growth factor of the wait between attempts."""
+    """Growth factor of the cap from one retry to the next."""
+
+    def backoff(self, retry: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        cap = min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1))
+        return (rng or _RNG).uniform(0, cap)
 
 
-class BreakerConfig(_Strict):
-    """The circuit breaker in front of one tool server."""
+_RNG = random.Random()
+MODEL_RETRY = RetryPolicy(max_attempts=4, initial_backoff=0.25, max_backoff=8.0)
+"""The model's default: 429s and 5xx are worth a few patient retries."""
+
+
+class BreakerPolicy(_Strict):
+    """When a tool server's circuit breaker opens and how long it stays open."""
 
     failure_threshold: int = Field(5, ge=1)
-    """Consecutive failed calls that open the breaker."""
-    reset_timeout: float = Field(30.0, gt=0)
-    """Seconds the breaker stays open before it lets one trial call through."""
+    """Consecutive failures that open the breaker. Default 5: one or two transient errors
+    don't hide a server from the model, and a dead server is cut off within a few calls."""
+    reset_timeout: float = Field(30.0, ge=0)
+    """Seconds the breaker stays open before it admits one trial call. Default 30: long
+    enough for a restarting pod to come back, short enough that a recovered server returns
+    within a turn or two."""
     failure_rate: float | None = Field(None, gt=0, le=1)
-    """Open when this share of the last ``window`` calls failed (and at least
-    ``failure_threshold`` of them); unset: after ``failure_threshold`` consecutive failures."""
+    """When set: open when at least this share of the last ``window`` finished calls
+    failed, and at least ``failure_threshold`` of them; unset: consecutive failures, as
+    pybreaker counts. The share is always of ``window`` calls: until that many have
+    finished since the breaker started or closed, it takes ``failure_rate * window``
+    failures among them to open."""
     window: int = Field(100, ge=1)
-    """How many of the latest calls ``failure_rate`` looks at."""
+    """How many of the latest finished calls ``failure_rate`` looks at. Default 100: at a
+    rate of one half, a server failing one call in four then opens the breaker by chance
+    about once in fifteen million windows, where 20 calls would do it about once in
+    seventy."""
 
     @model_validator(mode="after")
-    def _window_holds_the_threshold(self) -> BreakerConfig:
+    def _window_holds_the_threshold(self) -> BreakerPolicy:
         if self.window < self.failure_threshold:
             raise ValueError("window must be at least failure_threshold")
         return self
@@ -76,21 +100,10 @@ class ToolServerConfig(_Strict):
     """Seconds one call may take unless the tool declares a shorter default."""
     retry: RetryPolicy = RetryPolicy()
     """Retries for idempotent tools on UNAVAILABLE / RESOURCE_EXHAUSTED; others never retry."""
-    breaker: BreakerConfig = BreakerConfig()
+    breaker: BreakerPolicy = BreakerPolicy()
     """The server's circuit breaker."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
-
-
-class ModelRetryPolicy(_Strict):
-    """Retries of model requests (429, 498, 5xx, connection errors)."""
-
-    max_attempts: int = Field(4, ge=1, le=20)
-    """Attempts in all, the first included."""
-    initial_backoff: float = Field(0.25, ge=0)
-    """Seconds before the first retry, doubled each time, with full jitter."""
-    max_backoff: float = Field(8.0, ge=0)
-    """Upper bound of one wait, in seconds; a longer ``retry-after`` ends the retries."""
 
 
 class ModelConfig(_Strict):
@@ -114,8 +127,17 @@ class ModelConfig(_Strict):
     transport: Literal["direct", "sdk"] = "direct"
     """How requests are sent: ``direct`` through one aiohttp session (fastest), ``sdk``
     through ``openai.AsyncOpenAI`` (raw bytes in and out). Both send the same request."""
-    retry: ModelRetryPolicy = ModelRetryPolicy()
-    """Retries of failed model requests."""
+    retry: RetryPolicy = MODEL_RETRY
+    """Retries of failed model requests (429, 498, 5xx, connection errors); a longer
+    ``retry-after`` than ``max_backoff`` ends the retries."""
+
+    @field_validator("retry", mode="before")
+    @classmethod
+    def _model_retry_defaults(cls, value: Any) -> Any:
+        # Keys left out keep the model's defaults, not the tool servers'.
+        if isinstance(value, Mapping):
+            return {**MODEL_RETRY.model_dump(), **value}
+        return value
 
 
 class BudgetConfig(_Strict):
@@ -406,13 +428,11 @@ def load_config(path: str | Path) -> SidecarConfig:
     return parse_config(data, source=str(path))
 
 
-def resolve_api_key(model: ModelConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | None:
     """The model API key from the environment, or None when it is unset or empty."""
     return environ.get(model.api_key_env) or None
 
 
-def resolve_postgres_dsn(
-    config: PostgresConfig, environ: Mapping[str, str] = os.environ
-) -> str | None:
+def resolve_postgres_dsn(config: PostgresConfig, environ: Mapping[str, str]) -> str | None:
     """The PostgreSQL connection string: from ``dsn_env`` when set, else ``dsn``."""
     return environ.get(config.dsn_env) or config.dsn

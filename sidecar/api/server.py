@@ -25,7 +25,7 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.api.service import AgentServicer
-from sidecar.config import GROQ_BASE_URL, SidecarConfig, resolve_api_key, resolve_postgres_dsn
+from sidecar.config import GROQ_BASE_URL, SidecarConfig
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
 from sidecar.llm.model import Model
@@ -249,13 +249,17 @@ class Sidecar:
         await self.telemetry.close()
 
 
-async def serve(config: SidecarConfig) -> None:
-    """Run the sidecar until SIGTERM or SIGINT, then drain and return."""
-    sidecar = Sidecar(
-        config,
-        api_key=resolve_api_key(config.model),
-        postgres_dsn=resolve_postgres_dsn(config.sessions.postgres),
-    )
+async def serve(
+    config: SidecarConfig, *, api_key: str | None, postgres_dsn: str | None = None
+) -> None:
+    """Run the sidecar until SIGTERM or SIGINT, then drain and return.
+
+    Args:
+        config: The validated configuration.
+        api_key: The model's API key (read from the environment by the command).
+        postgres_dsn: The shared store's connection string, when it uses one.
+    """
+    sidecar = Sidecar(config, api_key=api_key, postgres_dsn=postgres_dsn)
     port = await sidecar.start()
     # Start-up objects (modules, clients, schemas) live as long as the process; left in
     # sight of the collector, every full collection walks them all, a pause paid by the

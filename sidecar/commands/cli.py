@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.api.server import serve
-    from sidecar.config import load_config, parse_config
+    from sidecar.config import load_config, parse_config, resolve_api_key, resolve_postgres_dsn
     from sidecar.errors import ConfigError, TelemetryUnavailable
 
     try:
@@ -40,7 +41,11 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.errors import SessionStoreError
 
     try:
-        _run(serve(config))
+        secrets = {
+            "api_key": resolve_api_key(config.model, os.environ),
+            "postgres_dsn": resolve_postgres_dsn(config.sessions.postgres, os.environ),
+        }
+        _run(serve(config, **secrets))
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2

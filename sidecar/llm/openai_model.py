@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from sidecar.config import ModelRetryPolicy
+from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
@@ -44,7 +43,7 @@ class OpenAICompatibleModel:
         base_url: str,
         api_key: str,
         model: str,
-        retry: ModelRetryPolicy,
+        retry: RetryPolicy,
         timeout: float,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -145,8 +144,7 @@ class OpenAICompatibleModel:
         if retry_after is not None:
             delay = float(retry_after)
         else:
-            cap = min(policy.max_backoff, policy.initial_backoff * 2 ** (attempt - 1))
-            delay = random.uniform(0, cap)  # full jitter
+            delay = policy.backoff(attempt)
         if time.monotonic() + delay >= deadline:
             # Waiting would outlive the run: stop now with the error we have.
             raise (

@@ -56,55 +56,17 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 import pybreaker
 
+from sidecar.config import BreakerPolicy
 from sidecar.errors import BreakerOpenError
 from sidecar.types import BreakerState
 
-__all__ = ["BreakerPolicy", "CircuitBreaker", "Permit"]
+__all__ = ["CircuitBreaker", "Permit"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BreakerPolicy:
-    """When a tool server's breaker opens and how long it stays open."""
-
-    failure_threshold: int = 5
-    """Consecutive failures that open the breaker. Default 5: one or two transient errors
-    don't hide a server from the model, and a dead server is cut off within a few calls."""
-
-    reset_timeout: float = 30.0
-    """Seconds the breaker stays open before it admits one trial call. Default 30: long enough
-    for a restarting pod to come back, short enough that a recovered server returns within a
-    turn or two."""
-
-    failure_rate: float | None = None
-    """When set (0 < rate <= 1): open when at least this share of the last ``window``
-    finished calls failed, and at least ``failure_threshold`` of them; None: consecutive
-    failures, as pybreaker counts. The share is always of ``window`` calls: until that many
-    have finished since the breaker started or closed, it takes ``failure_rate * window``
-    failures among them to open."""
-
-    window: int = 100
-    """How many of the latest finished calls ``failure_rate`` looks at. Default 100: at a
-    rate of one half, a server failing one call in four then opens the breaker by chance
-    about once in fifteen million windows, where 20 calls would do it about once in seventy."""
-
-    def __post_init__(self) -> None:
-        if self.failure_threshold < 1:
-            raise ValueError(f"failure_threshold must be at least 1, got {self.failure_threshold}")
-        if self.reset_timeout < 0:
-            raise ValueError(f"reset_timeout must not be negative, got {self.reset_timeout}")
-        if self.failure_rate is not None and not 0 < self.failure_rate <= 1:
-            raise ValueError(f"failure_rate must be in (0, 1], got {self.failure_rate}")
-        if self.window < self.failure_threshold:
-            raise ValueError(
-                f"window ({self.window}) must hold at least failure_threshold "
-                f"({self.failure_threshold}) calls"
-            )
+_DEFAULT_POLICY = BreakerPolicy()
 
 
 _FROM_PYBREAKER = {
@@ -155,7 +117,7 @@ class CircuitBreaker:
     def __init__(
         self,
         name: str,
-        policy: BreakerPolicy = BreakerPolicy(),
+        policy: BreakerPolicy = _DEFAULT_POLICY,
         *,
         clock: Callable[[], float] = time.monotonic,
         on_state_change: Callable[[str, BreakerState, BreakerState], None] | None = None,

@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 from sidecar.config import ToolServerConfig
-from sidecar.tools.breaker import BreakerPolicy, CircuitBreaker
+from sidecar.tools.breaker import CircuitBreaker
 from sidecar.types import BreakerState
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,7 @@ class ToolServerConnection:
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self.breaker = CircuitBreaker(
             config.name,
-            BreakerPolicy(
-                failure_threshold=config.breaker.failure_threshold,
-                reset_timeout=config.breaker.reset_timeout,
-                failure_rate=config.breaker.failure_rate,
-                window=config.breaker.window,
-            ),
+            config.breaker,
             on_state_change=self._breaker_changed,
         )
         self._on_breaker_change = on_breaker_change

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -498,8 +497,7 @@ async def _retry(
     """Attempts 2..N of an idempotent call whose first attempt failed with ``first``."""
 
     def delay(exc: BaseException | None, retry_number: int) -> float:
-        cap = min(policy.max_backoff, policy.initial_backoff * policy.multiplier**retry_number)
-        seconds = random.uniform(cap / 2, cap)
+        seconds = policy.backoff(retry_number + 1)
         if time.monotonic() + seconds >= call_deadline:
             raise exc if exc is not None else first  # no time left to wait
         tries.backoff += seconds

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from sidecar.config import ModelRetryPolicy
+from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelRequestRejected, ModelUnavailable, ToolUseFailed
 from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
@@ -46,7 +46,7 @@ async def model(
         base_url=f"http://{sim.address}/openai/v1",
         api_key="test",
         model="simulated-model",
-        retry=ModelRetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
+        retry=RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
         timeout=10,
         transport=request.param,
     )
@@ -137,7 +137,7 @@ async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retr
         base_url=f"http://{sim.address}/openai/v1",
         api_key="test",
         model="simulated-model",
-        retry=ModelRetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
+        retry=RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
         timeout=0.3,
     )
     try:
@@ -152,7 +152,7 @@ async def test_an_unreachable_endpoint_is_reported_as_unreachable() -> None:
         base_url="http://127.0.0.1:9/v1",
         api_key="test",
         model="m",
-        retry=ModelRetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01),
+        retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01),
         timeout=5,
     )
     try:

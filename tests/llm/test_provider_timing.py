@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from sidecar.config import ModelRetryPolicy
+from sidecar.config import RetryPolicy
 from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.types import ProviderTiming, Usage
@@ -65,7 +65,7 @@ async def test_groq_timing_sent_only_under_x_groq_reaches_the_response(endpoint:
         base_url=endpoint,
         api_key="none",
         model="m",
-        retry=ModelRetryPolicy(max_attempts=1),
+        retry=RetryPolicy(max_attempts=1),
         timeout=10,
     )
     try:

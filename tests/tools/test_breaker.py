@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 import pybreaker
 import pytest
 
+from sidecar.config import BreakerPolicy
 from sidecar.errors import BreakerOpenError
-from sidecar.tools.breaker import BreakerPolicy, CircuitBreaker, Permit
+from sidecar.tools.breaker import CircuitBreaker, Permit
 from sidecar.types import BreakerState
 
 # A bound on every wait, so a broken breaker fails the test instead of hanging it.
