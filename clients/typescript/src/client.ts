@@ -279,11 +279,8 @@ export class AgentClient {
     try {
       for await (const event of call as AsyncIterable<StreamRunResponse>) {
         if (onApproval && event.event?.$case === "approvalRequired") {
-          await this.#answer(onApproval, event.event.value, {
-            sessionId,
-            runId: event.runId,
-            signal: ended.signal,
-          }, options);
+          const context = { sessionId, runId: event.runId, signal: ended.signal };
+          await this.#answer(onApproval, event.event.value, context, options);
         }
         yield event;
       }
