@@ -153,14 +153,15 @@ class AgentClientTest {
   @Test
   void aDeadlineShorterThanTheAnswerEndsTheRunBeforeTheDeadline() {
     String session = newSession();
-    long start = System.nanoTime();
-    RunResponse reply = client.withTimeout(Duration.ofSeconds(1)).run(session, SLOW);
-    Duration took = Duration.ofNanos(System.nanoTime() - start);
+    // The model needs 3 s; the call allows 2.5 s. The sidecar fits the run into the caller's
+    // deadline: it stops waiting for the model and returns the result while the call is still
+    // alive (a reply after the deadline would have failed the call with DEADLINE_EXCEEDED).
+    RunResponse reply = client.withTimeout(Duration.ofMillis(2500)).run(session, SLOW);
 
-    // The sidecar fits the run into the caller's deadline: it stops waiting for the model
-    // (which needs 3 s) and returns the result while the call is still alive.
     assertEquals(StopReason.STOP_REASON_BUDGET_EXHAUSTED, reply.getResult().getStopReason());
-    assertTrue(took.compareTo(Duration.ofMillis(2500)) < 0, "took " + took);
+    assertEquals("", reply.getResult().getAnswer());
+    Turn turn = client.getSession(session).getTurns(0);
+    assertEquals(StopReason.STOP_REASON_BUDGET_EXHAUSTED, turn.getStopReason());
   }
 
   @Test
