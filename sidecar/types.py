@@ -160,7 +160,7 @@ class StageKind(enum.IntEnum):
     OVERHEAD = 6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ModelCallDetail:
     """Details of a MODEL_CALL stage."""
 
@@ -174,7 +174,7 @@ class ModelCallDetail:
     """Seconds the call was allowed, retries included."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallDetail:
     """Details of a TOOL_CALL stage."""
 
@@ -226,7 +226,7 @@ class RunError:
     retryable: bool
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class RunOutcome:
     """The result of one run."""
 
@@ -258,7 +258,7 @@ class RunOutcome:
         self.total = end
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ToolOutcome:
     """How one tool call ended. ``content`` is what the model sees."""
 

@@ -24,7 +24,7 @@ from sidecar.errors import ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tools.catalog import CatalogTool, ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
-from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls
+from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     BudgetOverrun,
@@ -306,21 +306,18 @@ class _Run:
             new.append(assistant)
 
             stage_start = self.clock.now()
-            outcomes = await self.loop._dispatcher.run_step(
-                step,
-                calls,
+            scope = StepScope(
+                step=step,
                 clock=self.clock,
-                deadline=self.deadline
-                if self.budget is None
-                else self.budget.deadline(BudgetStage.TOOLS),
+                deadline=self._tools_deadline(),
                 allowed=self.profile.allowed,
                 sink=self.sink,
                 approver=self.approver,
                 metadata=self.metadata,
                 trace=self.trace,
                 trim=self.loop._trimmers[self.profile.name],
-                early=self.early,
             )
+            outcomes = await self.loop._dispatcher.run_step(scope, calls, self.early)
             self.early = None
             if self.budget is not None:
                 self.budget.tools_spent += self.clock.now() - stage_start
@@ -377,18 +374,20 @@ class _Run:
         self._model_stage(step, start, remaining, response, None)
         return response
 
+    def _tools_deadline(self) -> float:
+        return self.deadline if self.budget is None else self.budget.deadline(BudgetStage.TOOLS)
+
     def _early_calls(self, step: int) -> EarlyCalls:
-        deadline = self.deadline if self.budget is None else self.budget.deadline(BudgetStage.TOOLS)
-        return EarlyCalls(
-            self.loop._dispatcher,
-            step,
+        scope = StepScope(
+            step=step,
             clock=self.clock,
-            deadline=deadline,
+            deadline=self._tools_deadline(),
             allowed=self.profile.allowed,
             sink=self.sink,
             metadata=self.metadata,
             trace=self.trace,
         )
+        return EarlyCalls(self.loop._dispatcher, scope)
 
     def _model_stage(
         self,
@@ -402,15 +401,21 @@ class _Run:
         if self.budget is not None:
             self.budget.model_spent += duration
         if response is None:
-            detail = ModelCallDetail(Usage(), ProviderTiming(), None, 0, error, allowed)
+            detail = ModelCallDetail(
+                usage=Usage(),
+                provider=ProviderTiming(),
+                time_to_first_token=None,
+                attempts=0,
+                error=error,
+                time_allowed=allowed,
+            )
         else:
             detail = ModelCallDetail(
-                response.usage,
-                response.provider,
-                response.time_to_first_token,
-                response.attempts,
-                None,
-                allowed,
+                usage=response.usage,
+                provider=response.provider,
+                time_to_first_token=response.time_to_first_token,
+                attempts=response.attempts,
+                time_allowed=allowed,
             )
         stage = Stage(StageKind.MODEL_CALL, self.loop.model.name, step, start, duration, detail)
         self.stages.append(stage)
@@ -508,16 +513,16 @@ def _tool_stage(step: int, o: ToolOutcome) -> Stage:
         o.start,
         o.duration,
         ToolCallDetail(
-            o.call_id,
-            o.status,
-            o.handler_duration,
-            o.attempts,
-            o.wait_duration,
-            o.backoff,
-            o.breaker_rejected,
-            o.time_allowed,
-            o.cache,
-            o.saved,
+            call_id=o.call_id,
+            status=o.status,
+            handler_duration=o.handler_duration,
+            attempts=o.attempts,
+            wait_duration=o.wait_duration,
+            backoff=o.backoff,
+            breaker_rejected=o.breaker_rejected,
+            time_allowed=o.time_allowed,
+            cache=o.cache,
+            saved=o.saved,
         ),
     )
 

@@ -109,9 +109,16 @@ class _StreamSink:
 def _failed_run(exc: BaseException) -> RunOutcome:
     """The outcome of a run that failed on a bug: its error names the log line, nothing more."""
     status = internal_status(exc)
-    failed = RunOutcome("", StopReason.MODEL_ERROR, Usage(), [], 0.0, 0, 0)
-    failed.error = RunError("internal", status.details, False)
-    return failed
+    return RunOutcome(
+        answer="",
+        stop_reason=StopReason.MODEL_ERROR,
+        usage=Usage(),
+        stages=[],
+        total=0.0,
+        steps=0,
+        tool_calls=0,
+        error=RunError("internal", status.details, False),
+    )
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):

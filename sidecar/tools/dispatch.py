@@ -57,6 +57,31 @@ _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EX
 Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepScope:
+    """What every call of one step shares, built once per step."""
+
+    step: int
+    """The step number, for events."""
+    clock: Clock
+    """The run's clock; outcomes carry offsets on it."""
+    deadline: float
+    """``time.monotonic()`` value when the step's tools must be done."""
+    allowed: frozenset[str] | None
+    """Tool names the profile allows; None allows all."""
+    sink: EventSink | None = None
+    """Receives started/finished events, when the caller streams."""
+    approver: Approver | None = None
+    """Asked for tools that require approval; None denies them."""
+    metadata: Sequence[tuple[str, str]] = ()
+    """gRPC metadata to send with each call (trace context)."""
+    trace: RunTrace | None = None
+    """The run's spans, when tracing is on: each call gets a span, and its metadata
+    carries that span's context instead of ``metadata``."""
+    trim: ResultTrimmer | None = None
+    """Cuts each result to what enters the model's context."""
+
+
 @dataclass(slots=True)
 class _Prepared:
     call: ToolCall
@@ -107,32 +132,15 @@ class EarlyCalls:
     attempt failed and was retried, or the run ended before its tools) is cancelled.
     """
 
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        step: int,
-        *,
-        clock: Clock,
-        deadline: float,
-        allowed: frozenset[str] | None,
-        sink: EventSink | None,
-        metadata: Sequence[tuple[str, str]],
-        trace: RunTrace | None,
-    ) -> None:
+    def __init__(self, dispatcher: Dispatcher, scope: StepScope) -> None:
         self._dispatcher = dispatcher
-        self._step = step
-        self._clock = clock
-        self._deadline = deadline
-        self._allowed = allowed
-        self._sink = sink
-        self._metadata = metadata
-        self._trace = trace
+        self._scope = scope
         self._announced: dict[str, _Prepared] = {}  # by call id, in the model's order
         self._started: dict[str, _Early] = {}
 
     def offer(self, call: ToolCall) -> None:
         """A call whose arguments are complete: start it now if it qualifies."""
-        item = self._dispatcher._prepare(call, self._allowed, self._clock)
+        item = self._dispatcher._prepare(call, self._scope)
         tool, earlier = item.tool, self._announced.values()
         qualifies = (
             item.outcome is None
@@ -146,9 +154,10 @@ class EarlyCalls:
         self._announced.setdefault(call.id, item)
         if not qualifies:
             return
-        span, metadata = None, self._metadata
-        if self._trace is not None:
-            span = self._trace.tool_call(call.id, call.name)
+        scope = self._scope
+        span, metadata = None, scope.metadata
+        if scope.trace is not None:
+            span = scope.trace.tool_call(call.id, call.name)
             metadata = span.metadata()
         early = _Early(item, span)
         early.task = asyncio.get_running_loop().create_task(self._start(early, metadata))
@@ -156,10 +165,8 @@ class EarlyCalls:
 
     async def _start(self, early: _Early, metadata: Sequence[tuple[str, str]]) -> ToolOutcome:
         early.running = True
-        clock = self._clock
-        return await self._dispatcher._run_or_reuse(
-            self._step, early.item, clock, clock.now(), self._deadline, self._sink, None, metadata
-        )
+        scope = self._scope
+        return await self._dispatcher._run_or_reuse(scope, early.item, scope.clock.now(), metadata)
 
     def claim(self, call: ToolCall) -> tuple[_Prepared | None, _Early | None]:
         """What the stream already made of ``call``: its validated form, when it was
@@ -182,17 +189,18 @@ class EarlyCalls:
         early.task.cancel()
         if early.span is not None:
             early.span.end(None)
-        if early.running and self._sink is not None:
+        scope = self._scope
+        if early.running and scope.sink is not None:
             call = early.item.call
-            self._sink.tool_call_finished(
-                self._step,
+            scope.sink.tool_call_finished(
+                scope.step,
                 ToolOutcome(
-                    call.id,
-                    call.name,
-                    ToolCallStatus.ERROR,
-                    "not used: the model's final answer did not keep this call",
-                    self._clock.now(),
-                    0.0,
+                    call_id=call.id,
+                    tool_name=call.name,
+                    status=ToolCallStatus.ERROR,
+                    content="not used: the model's final answer did not keep this call",
+                    start=scope.clock.now(),
+                    duration=0.0,
                     attempts=0,
                 ),
             )
@@ -212,35 +220,14 @@ class Dispatcher:
         self.results = results
 
     async def run_step(
-        self,
-        step: int,
-        calls: Sequence[ToolCall],
-        *,
-        clock: Clock,
-        deadline: float,
-        allowed: frozenset[str] | None,
-        sink: EventSink | None,
-        approver: Approver | None,
-        metadata: Sequence[tuple[str, str]] = (),
-        trace: RunTrace | None = None,
-        trim: ResultTrimmer | None = None,
-        early: EarlyCalls | None = None,
+        self, scope: StepScope, calls: Sequence[ToolCall], early: EarlyCalls | None = None
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
         Args:
-            step: the step number, for events.
-            calls: the model's tool calls, in its order.
-            clock: the run's clock; outcomes carry offsets on it.
-            deadline: ``time.monotonic()`` value when the run's time is up.
-            allowed: tool names the profile allows; None allows all.
-            sink: receives started/finished events, when the caller streams.
-            approver: asked for tools that require approval; None denies them.
-            metadata: gRPC metadata to send with each call (trace context).
-            trace: the run's spans, when tracing is on: each call gets a span, and its
-                metadata carries that span's context instead of ``metadata``.
-            trim: cuts each result to what enters the model's context.
-            early: the calls of this step already started from the model's stream.
+            scope: What the step's calls share.
+            calls: The model's tool calls, in its order.
+            early: The calls of this step already started from the model's stream.
         """
         claimed: dict[int, _Early] = {}
         prepared: list[_Prepared] = []
@@ -249,44 +236,45 @@ class Dispatcher:
             item, started = early.claim(call) if early is not None else (None, None)
             if started is not None:
                 claimed[len(prepared)] = started
-            prepared.append(item or self._prepare(call, allowed, clock))
+            prepared.append(item or self._prepare(call, scope))
         if early is not None:
             early.cancel()  # started calls the final answer does not hold
         done = [asyncio.Event() for _ in prepared]
         outcomes: list[ToolOutcome | None] = [None] * len(prepared)
+        clock, sink, trace = scope.clock, scope.sink, scope.trace
 
         async def run_one(i: int, waits: list[int]) -> None:
             item = prepared[i]
             started = claimed.get(i)
             span = started.span if started is not None else None
-            call_metadata = metadata
+            call_metadata = scope.metadata
             if trace is not None and started is None:
                 span = trace.tool_call(item.call.id, item.call.name)
                 call_metadata = span.metadata()
+            outcome: ToolOutcome | None = None
             try:
                 if item.outcome is not None:
-                    outcomes[i] = item.outcome
+                    outcome = item.outcome
                 elif started is not None:
                     # Nothing before it in the answer conflicts with it: no waits.
                     try:
-                        outcomes[i] = await started.task
+                        outcome = await started.task
                     finally:
                         started.task.cancel()  # a no-op once done; stops it if we were
                 else:
                     queued = clock.now()
                     for j in waits:
                         await done[j].wait()
-                    outcomes[i] = await self._run_or_reuse(
-                        step, item, clock, queued, deadline, sink, approver, call_metadata
-                    )
-                if trim is not None:
-                    outcomes[i] = _trimmed(outcomes[i], item.tool, trim)  # type: ignore[arg-type]
+                    outcome = await self._run_or_reuse(scope, item, queued, call_metadata)
+                if scope.trim is not None:
+                    outcome = _trimmed(outcome, item.tool, scope.trim)
+                outcomes[i] = outcome
                 if sink is not None:
-                    sink.tool_call_finished(step, outcomes[i])  # type: ignore[arg-type]
+                    sink.tool_call_finished(scope.step, outcome)
             finally:
                 done[i].set()
                 if span is not None:
-                    span.end(outcomes[i])
+                    span.end(outcome)
 
         async with asyncio.TaskGroup() as group:
             for i, item in enumerate(prepared):
@@ -294,197 +282,226 @@ class Dispatcher:
                 group.create_task(run_one(i, waits))
         return [o for o in outcomes if o is not None]
 
-    def _prepare(self, call: ToolCall, allowed: frozenset[str] | None, clock: Clock) -> _Prepared:
+    def _prepare(self, call: ToolCall, scope: StepScope) -> _Prepared:
+        """Look the tool up and validate the arguments; settle the call when either fails."""
+        allowed = scope.allowed
         tool = self._catalog.get(call.name)
-        now = clock.now()
         if tool is None or (allowed is not None and call.name not in allowed):
             names = ", ".join(
                 sorted(
                     t.name for t in self._catalog.tools() if allowed is None or t.name in allowed
                 )
             )
-            return _Prepared(
+            settled = _settled(
                 call,
-                None,
-                frozenset(),
-                frozenset(),
-                ToolOutcome(
-                    call.id,
-                    call.name,
-                    ToolCallStatus.UNKNOWN_TOOL,
-                    f"unknown tool {call.name!r}; available tools: {names or 'none'}",
-                    now,
-                    0.0,
-                    attempts=0,
-                ),
+                ToolCallStatus.UNKNOWN_TOOL,
+                f"unknown tool {call.name!r}; available tools: {names or 'none'}",
+                scope.clock.now(),
             )
+            return _Prepared(call, None, frozenset(), frozenset(), settled)
         try:
             arguments = tool.parse_arguments(call.arguments)
         except ArgumentsInvalid as exc:
-            return _Prepared(
-                call,
-                tool,
-                frozenset(),
-                frozenset(),
-                ToolOutcome(
-                    call.id,
-                    call.name,
-                    ToolCallStatus.ERROR,
-                    str(exc),
-                    now,
-                    0.0,
-                    attempts=0,
-                ),
-            )
+            settled = _settled(call, ToolCallStatus.ERROR, str(exc), scope.clock.now())
+            return _Prepared(call, tool, frozenset(), frozenset(), settled)
         reads, writes = tool.resource_keys(arguments)
         return _Prepared(call, tool, reads, writes, None, arguments)
 
     async def _run_or_reuse(
         self,
-        step: int,
+        scope: StepScope,
         item: _Prepared,
-        clock: Clock,
         queued: float,
-        deadline: float,
-        sink: EventSink | None,
-        approver: Approver | None,
         metadata: Sequence[tuple[str, str]],
     ) -> ToolOutcome:
         """Run the call, or reuse a cached or in-flight result when its tool allows."""
 
         def invoke() -> Awaitable[ToolOutcome]:
-            return self._run(step, item, clock, queued, deadline, sink, approver, metadata)
+            return self._run(scope, item, queued, metadata)
 
         tool, results = item.tool, self.results
         if results is None or tool is None or item.arguments is None or not results.caches(tool):
             return await invoke()
-        return await results.call(tool, item.arguments, item.call, invoke, clock, deadline)
+        return await results.call(
+            tool, item.arguments, item.call, invoke, scope.clock, scope.deadline
+        )
 
     async def _run(
         self,
-        step: int,
+        scope: StepScope,
         item: _Prepared,
-        clock: Clock,
         queued: float,
-        deadline: float,
-        sink: EventSink | None,
-        approver: Approver | None,
         metadata: Sequence[tuple[str, str]],
     ) -> ToolOutcome:
-        call, tool = item.call, item.tool
+        """Approve (when the tool requires it), call the server, describe the outcome."""
+        call, tool, clock = item.call, item.tool, scope.clock
         assert tool is not None
         start = clock.now()
         wait = start - queued
         if tool.requires_approval:
-            if sink is not None:
-                sink.approval_required(step, call.id, call.name, call.arguments, tool.destructive)
-            approved, reason = (False, "no one can approve calls on this run")
-            if approver is not None:
-                approved, reason = await approver(step, call, tool)
-            if not approved:
-                return ToolOutcome(
-                    call.id,
-                    call.name,
-                    ToolCallStatus.DENIED,
-                    f"the call to {call.name} was denied" + (f": {reason}" if reason else ""),
-                    start,
-                    clock.now() - start,
-                    attempts=0,
-                    wait_duration=wait,
-                )
+            denied = await self._approve(scope, call, tool, start, wait)
+            if denied is not None:
+                return denied
             start = clock.now()
-        if sink is not None:
-            sink.tool_call_started(step, call.id, call.name, call.arguments)
-        connection = self._connections[tool.server]
-        request = tool_pb2.CallToolRequest(
-            call_id=call.id, tool_name=tool.remote_name, arguments=call.arguments
-        )
-        timeout = min(tool.timeout or connection.config.timeout, connection.config.timeout)
-        sent = time.monotonic()
-        call_deadline = min(deadline, sent + timeout)
-        allowed = max(0.0, call_deadline - sent)
-        # A call cut off by the run's deadline or budget, before the tool's own timeout,
-        # says nothing about the server's health: its breaker must not count it.
-        own_timeout = call_deadline >= sent + timeout
-        tries = _Tries()
-
-        async def attempt() -> tool_pb2.ToolResult:
-            tries.count += 1
-            remaining = call_deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
-            return await _call(connection, request, remaining, metadata, own_timeout)
-
+        if scope.sink is not None:
+            scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
+        attempt = _Attempt(self._connections[tool.server], tool, call, scope.deadline, metadata)
         try:
-            try:
-                result = await attempt()
-            except _Failed as exc:
-                # Retries only for idempotent tools, only on codes that say "try again";
-                # tenacity's bookkeeping is paid only then.
-                retry = connection.config.retry
-                if not (tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE):
-                    raise
-                result = await _retry(attempt, retry, call_deadline, exc, tries)
+            result = await attempt.run()
         except BreakerOpenError:
-            return ToolOutcome(
-                call.id,
-                call.name,
+            return attempt.outcome(
                 ToolCallStatus.UNAVAILABLE,
                 f"tool {call.name} is temporarily unavailable (its server is failing); "
                 "answer without it or try again later",
-                start,
-                clock.now() - start,
-                attempts=tries.count,
-                wait_duration=wait,
-                backoff=tries.backoff,
+                start=start,
+                end=clock.now(),
+                wait=wait,
                 breaker_rejected=True,
-                time_allowed=allowed,
             )
         except _Failed as exc:
-            status, message = _describe(call.name, exc, timeout)
-            return ToolOutcome(
-                call.id,
-                call.name,
-                status,
-                message,
-                start,
-                clock.now() - start,
-                attempts=tries.count,
-                wait_duration=wait,
-                backoff=tries.backoff,
-                time_allowed=allowed,
-            )
+            status, message = _describe(call.name, exc)
+            return attempt.outcome(status, message, start=start, end=clock.now(), wait=wait)
         handler = None
         if result.HasField("handler_duration"):
             hd = result.handler_duration
             handler = hd.seconds + hd.nanos / 1e9
         if result.WhichOneof("outcome") == "error":
-            return ToolOutcome(
-                call.id,
-                call.name,
-                ToolCallStatus.ERROR,
-                result.error.message,
-                start,
-                clock.now() - start,
-                handler,
-                tries.count,
-                wait,
-                tries.backoff,
-                time_allowed=allowed,
-            )
-        return ToolOutcome(
-            call.id,
-            call.name,
-            ToolCallStatus.OK,
-            result.output,
-            start,
-            clock.now() - start,
-            handler,
-            tries.count,
-            wait,
-            tries.backoff,
-            time_allowed=allowed,
+            status, content = ToolCallStatus.ERROR, result.error.message
+        else:
+            status, content = ToolCallStatus.OK, result.output
+        return attempt.outcome(
+            status, content, start=start, end=clock.now(), wait=wait, handler=handler
         )
+
+    async def _approve(
+        self, scope: StepScope, call: ToolCall, tool: CatalogTool, start: float, wait: float
+    ) -> ToolOutcome | None:
+        """Ask for approval; the DENIED outcome when it is refused, None when approved."""
+        if scope.sink is not None:
+            scope.sink.approval_required(
+                scope.step, call.id, call.name, call.arguments, tool.destructive
+            )
+        approved, reason = (False, "no one can approve calls on this run")
+        if scope.approver is not None:
+            approved, reason = await scope.approver(scope.step, call, tool)
+        if approved:
+            return None
+        return ToolOutcome(
+            call_id=call.id,
+            tool_name=call.name,
+            status=ToolCallStatus.DENIED,
+            content=f"the call to {call.name} was denied" + (f": {reason}" if reason else ""),
+            start=start,
+            duration=scope.clock.now() - start,
+            attempts=0,
+            wait_duration=wait,
+        )
+
+
+class _Attempt:
+    """One call's attempts at its server: deadline, breaker, retries, and their record."""
+
+    __slots__ = (
+        "_call",
+        "_connection",
+        "_deadline",
+        "_metadata",
+        "_own_timeout",
+        "_request",
+        "_tool",
+        "allowed",
+        "tries",
+    )
+
+    def __init__(
+        self,
+        connection: ToolServerConnection,
+        tool: CatalogTool,
+        call: ToolCall,
+        deadline: float,
+        metadata: Sequence[tuple[str, str]],
+    ) -> None:
+        self._connection = connection
+        self._tool = tool
+        self._call = call
+        self._metadata = metadata
+        self._request = tool_pb2.CallToolRequest(
+            call_id=call.id, tool_name=tool.remote_name, arguments=call.arguments
+        )
+        timeout = min(tool.timeout or connection.config.timeout, connection.config.timeout)
+        sent = time.monotonic()
+        self._deadline = min(deadline, sent + timeout)
+        self.allowed = max(0.0, self._deadline - sent)
+        """Seconds the call is allowed (its gRPC deadline)."""
+        # A call cut off by the run's deadline or budget, before the tool's own timeout,
+        # says nothing about the server's health: its breaker must not count it.
+        self._own_timeout = self._deadline >= sent + timeout
+        self.tries = _Tries()
+
+    async def run(self) -> tool_pb2.ToolResult:
+        """The call's result.
+
+        Raises:
+            _Failed: the last attempt failed with a gRPC status.
+            BreakerOpenError: the server's breaker refused the call.
+        """
+        try:
+            return await self._once()
+        except _Failed as exc:
+            # Retries only for idempotent tools, only on codes that say "try again";
+            # tenacity's bookkeeping is paid only then.
+            retry = self._connection.config.retry
+            if not (self._tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE):
+                raise
+            return await _retry(self._once, retry, self._deadline, exc, self.tries)
+
+    async def _once(self) -> tool_pb2.ToolResult:
+        self.tries.count += 1
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
+        return await _call(
+            self._connection, self._request, remaining, self._metadata, self._own_timeout
+        )
+
+    def outcome(
+        self,
+        status: ToolCallStatus,
+        content: str,
+        *,
+        start: float,
+        end: float,
+        wait: float,
+        handler: float | None = None,
+        breaker_rejected: bool = False,
+    ) -> ToolOutcome:
+        return ToolOutcome(
+            call_id=self._call.id,
+            tool_name=self._call.name,
+            status=status,
+            content=content,
+            start=start,
+            duration=end - start,
+            handler_duration=handler,
+            attempts=self.tries.count,
+            wait_duration=wait,
+            backoff=self.tries.backoff,
+            breaker_rejected=breaker_rejected,
+            time_allowed=self.allowed,
+        )
+
+
+def _settled(call: ToolCall, status: ToolCallStatus, content: str, now: float) -> ToolOutcome:
+    """The outcome of a call settled before it was sent."""
+    return ToolOutcome(
+        call_id=call.id,
+        tool_name=call.name,
+        status=status,
+        content=content,
+        start=now,
+        duration=0.0,
+        attempts=0,
+    )
 
 
 async def _retry(
@@ -549,7 +566,7 @@ async def _call(
     return response.result  # type: ignore[no-any-return]
 
 
-def _describe(name: str, exc: _Failed, timeout: float) -> tuple[ToolCallStatus, str]:
+def _describe(name: str, exc: _Failed) -> tuple[ToolCallStatus, str]:
     code = exc.code
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ToolCallStatus.TIMED_OUT, f"tool {name} timed out; answer without it or try later"

@@ -158,12 +158,12 @@ class ResultCache:
                 produced = await self._wait(flight)
         except TimeoutError:
             return ToolOutcome(
-                call.id,
-                call.name,
-                ToolCallStatus.TIMED_OUT,
-                f"tool {call.name} timed out; answer without it or try later",
-                start,
-                clock.now() - start,
+                call_id=call.id,
+                tool_name=call.name,
+                status=ToolCallStatus.TIMED_OUT,
+                content=f"tool {call.name} timed out; answer without it or try later",
+                start=start,
+                duration=clock.now() - start,
                 attempts=0,
                 cache=CacheResult.SHARED,
             )
@@ -208,12 +208,12 @@ class ResultCache:
         saved = max(0.0, entry.duration - took)
         self.saved_seconds += saved
         return ToolOutcome(
-            call.id,
-            call.name,
-            ToolCallStatus.CACHED,
-            entry.output,
-            start,
-            took,
+            call_id=call.id,
+            tool_name=call.name,
+            status=ToolCallStatus.CACHED,
+            content=entry.output,
+            start=start,
+            duration=took,
             attempts=0,
             cache=how,
             saved=saved,

@@ -63,13 +63,21 @@ def test_percentiles_interpolate_like_numpy() -> None:
 def _outcome(model_ms: float, tool_ms: tuple[float, float], label_offset: float) -> RunOutcome:
     """A run: queue 1 ms, one model call, two concurrent tools, a second model call."""
     usage = Usage(prompt_tokens=100, completion_tokens=10)
-    model = ModelCallDetail(usage, ProviderTiming(), model_ms / 2e3, 1)
+    model = ModelCallDetail(
+        usage=usage, provider=ProviderTiming(), time_to_first_token=model_ms / 2e3, attempts=1
+    )
     stages = [Stage(StageKind.QUEUE, "queue", 0, 0.0, 0.001)]
     at = 0.001
     stages.append(Stage(StageKind.MODEL_CALL, "m", 1, at, model_ms / 1e3, model))
     at += model_ms / 1e3
     for name, duration in zip(("lookup", "fetch"), tool_ms, strict=True):
-        detail = ToolCallDetail(name, ToolCallStatus.OK, duration / 2e3, 1, 0.0)
+        detail = ToolCallDetail(
+            call_id=name,
+            status=ToolCallStatus.OK,
+            handler_duration=duration / 2e3,
+            attempts=1,
+            wait_duration=0.0,
+        )
         stages.append(Stage(StageKind.TOOL_CALL, name, 1, at, duration / 1e3, detail))
     at += max(tool_ms) / 1e3
     stages.append(Stage(StageKind.MODEL_CALL, "m", 2, at, model_ms / 1e3, model))
@@ -77,7 +85,15 @@ def _outcome(model_ms: float, tool_ms: tuple[float, float], label_offset: float)
     overhead = 0.0005 + label_offset
     stages.append(Stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, overhead))
     usage_total = Usage(prompt_tokens=200, completion_tokens=20)
-    return RunOutcome("ok", StopReason.ANSWERED, usage_total, stages, at + overhead, 2, 2)
+    return RunOutcome(
+        answer="ok",
+        stop_reason=StopReason.ANSWERED,
+        usage=usage_total,
+        stages=stages,
+        total=at + overhead,
+        steps=2,
+        tool_calls=2,
+    )
 
 
 def _write_log(path: Path) -> None:

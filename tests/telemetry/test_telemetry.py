@@ -284,7 +284,15 @@ def test_a_record_that_cannot_be_written_never_fails_the_run(tmp_path: Path) -> 
     telemetry = Telemetry.from_config(config)
     assert telemetry.timeline_log is not None
     telemetry.timeline_log.close()  # every write now fails, as on a vanished disk
-    outcome = RunOutcome("answer", StopReason.ANSWERED, Usage(), [], 0.01, 1, 0)
+    outcome = RunOutcome(
+        answer="answer",
+        stop_reason=StopReason.ANSWERED,
+        usage=Usage(),
+        stages=[],
+        total=0.01,
+        steps=1,
+        tool_calls=0,
+    )
     telemetry.run_finished(
         profile="default",
         model="m",

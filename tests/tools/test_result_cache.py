@@ -69,7 +69,14 @@ class Invocations:
             except asyncio.CancelledError:
                 self.cancelled = True
                 raise
-            return ToolOutcome(call_id, "lookup", self._status, f"result #{self.count}", 0.0, 0.25)
+            return ToolOutcome(
+                call_id=call_id,
+                tool_name="lookup",
+                status=self._status,
+                content=f"result #{self.count}",
+                start=0.0,
+                duration=0.25,
+            )
 
         return invoke
 
