@@ -47,19 +47,19 @@ _FINDINGS = """\
   as the last in-flight run finished, and grpc cancelled every call still waiting
   (`CANCELLED`, which callers do not retry): with 300 concurrent runs, up to a third were
   lost. The drain now keeps refusing with `UNAVAILABLE` until no call has arrived for
-  0.25 s (`sidecar/server.py`, `sidecar/service.py`; `tests/test_chaos.py`).
+  0.25 s (`sidecar/api/server.py`, `sidecar/agent/agent.py`; `tests/tools/test_chaos.py`).
 - **A hung model request was never retried (fixed).** One deadline of
   `min(model.timeout, run time left)` covered all attempts, so a request that hung for
   `model.timeout` left no time to retry it, and the run ended with `MODEL_ERROR
   model_timeout`. Now `model.timeout` caps each attempt and the run's time caps the
-  retries (`sidecar/llm/openai_model.py`; `tests/test_chaos.py`).
+  retries (`sidecar/llm/openai_model.py`; `tests/tools/test_chaos.py`).
 - **A partly failing tool server was mostly hidden (fixed).** The breaker opened after
   `failure_threshold` *consecutive* failures. At hundreds of tool calls a second, a server
   answering a quarter of its calls `UNAVAILABLE` fails five in a row about once a second,
   so its breaker was open most of the tool-half-fail phase and most runs were answered
   without the tools, though three calls in four would have succeeded. A breaker may now
   open by a failure rate over the latest calls instead (`breaker.failure_rate: 0.5`,
-  `window: 100` here; `sidecar/tools/breaker.py`; `tests/test_breaker.py`). A window of
+  `window: 100` here; `sidecar/tools/breaker.py`; `tests/tools/test_breaker.py`). A window of
   20 was still too small: half of 20 calls fail by chance about once in seventy windows.
   The share was also judged over only the calls seen since the breaker started or last
   closed, so five failures among its first ten calls opened it, which a server failing
@@ -73,7 +73,7 @@ _FINDINGS = """\
   Each checkpoint pass now ends with a restarting one, which holds the write lock for the
   last few pages; the loop never waits for it (an operation that finds the database busy
   goes to the store's thread, behind the checkpoint) (`sidecar/sessions/sqlite.py`;
-  `tests/test_session_stores.py`).
+  `tests/sessions/test_stores.py`).
 - **Tools come back a few seconds after their server does.** The sidecar's health watch
   reconnects with a backoff that grows to 2 s (with jitter), so after a restart the tools
   return up to about 3 s after the server listens (tool-kill), and a breaker that opened
