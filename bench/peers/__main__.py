@@ -41,6 +41,7 @@ from sidecar.testing import ServerProcess
 
 CONTENDERS = (
     "sidecar",
+    "sidecar_new_session",
     "sidecar_memory",
     "sidecar_sdk",
     "sidecar_event_engine",
@@ -83,8 +84,11 @@ class Stack:
         # sessions in memory (what durability costs); "sidecar_sdk" sends model requests
         # through openai.AsyncOpenAI (what the direct transport saves);
         # "sidecar_event_engine" keeps gRPC's default I/O (what agentsidecar.grpc_io saves).
+        # "sidecar_new_session" is the default configuration with each run's session
+        # created inside the timed run (CreateSession, then Run), as a one-shot caller does.
         variants: dict[str, tuple[str, str, dict[str, str]]] = {
             "sidecar": ("direct", "sqlite", {}),
+            "sidecar_new_session": ("direct", "sqlite", {}),
             "sidecar_memory": ("direct", "memory", {}),
             "sidecar_sdk": ("sdk", "sqlite", {}),
             "sidecar_event_engine": ("direct", "sqlite", {"GRPC_EXPERIMENTS": ""}),
@@ -102,12 +106,15 @@ class Stack:
             for mode in self.sims
         }
         self.workers = {
-            name: processes.Worker(name, module="sidecar" if name.startswith("sidecar") else name)
-            for name in CONTENDERS
+            name: processes.Worker(name, module=_contender_module(name)) for name in CONTENDERS
         }
 
     def sidecar(self, contender: str, mode: str) -> ServerProcess | None:
         return self.sidecars.get((contender, mode))
+
+    def tool_server(self, contender: str, mode: str) -> ServerProcess | None:
+        """The tool server a sidecar contender calls; None for the peers (tools in-process)."""
+        return self.shops[mode] if (contender, mode) in self.sidecars else None
 
     def target(self, contender: str, mode: str) -> str:
         sidecar = self.sidecar(contender, mode)
@@ -133,22 +140,39 @@ def _batch(stack: Stack, contender: str, scenario: dict[str, Any]) -> dict[str, 
     worker.command(op="batch", runs=warmup, **command)  # warm connections and caches
     worker.command(op="prepare", runs=scenario["runs"], **command)
     sidecar = stack.sidecar(contender, mode)
+    tools = stack.tool_server(contender, mode)
     cpu0 = sidecar.cpu_seconds() if sidecar else 0.0
+    tools0 = tools.cpu_seconds() if tools else 0.0
     result = worker.command(op="batch", runs=scenario["runs"], **command)
-    if sidecar is not None:
+    if sidecar is not None and tools is not None:
+        # The peers run their tools in-process: like with like is the sidecar's CPU plus
+        # its tool server's (contenders' batches never overlap, so the delta is this one's).
         result["client_cpu_s"] = result["cpu_s"]
         result["cpu_s"] = sidecar.cpu_seconds() - cpu0
+        result["tools_cpu_s"] = tools.cpu_seconds() - tools0
     return result
 
 
-async def _fanout(address: str, runs: int) -> dict[str, list[float]]:
+def _contender_module(name: str) -> str:
+    """The contender module a worker loads: sidecar variants differ by configuration only."""
+    if name == "sidecar_new_session":
+        return name
+    return "sidecar" if name.startswith("sidecar") else name
+
+
+async def _fanout(address: str, runs: int) -> dict[str, dict[str, list[float]]]:
+    """N parallel 20 ms tools in one step: the tool stage as the sidecar's timeline has it,
+    and the whole run (two model calls around it) as the calling client sees it."""
     stages: dict[str, list[float]] = {str(n): [] for n in FANOUT}
-    async with AgentClient(address) as client:
-        await client.wait_ready()
+    client: dict[str, list[float]] = {str(n): [] for n in FANOUT}
+    async with AgentClient(address) as agent:
+        await agent.wait_ready()
         for _ in range(runs):
             for n in FANOUT:
-                session = await client.create_session()
-                response = await client.run(session.session_id, f"fanout {n}", timeout=30)
+                session = await agent.create_session()
+                sent = time.perf_counter()
+                response = await agent.run(session.session_id, f"fanout {n}", timeout=30)
+                client[str(n)].append((time.perf_counter() - sent) * 1000)
                 calls = [
                     s
                     for s in response.result.timeline.stages
@@ -159,7 +183,7 @@ async def _fanout(address: str, runs: int) -> dict[str, list[float]]:
                 start = min(_s(c.start_offset) for c in calls)
                 end = max(_s(c.start_offset) + _s(c.duration) for c in calls)
                 stages[str(n)].append((end - start) * 1000)
-    return stages
+    return {"tool_stage": stages, "client": client}
 
 
 async def _streaming(sidecar: str, sim: str, runs: int) -> dict[str, list[float]]:

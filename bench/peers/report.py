@@ -9,6 +9,7 @@ from bench.stats import median, percentile
 
 LABELS = {
     "sidecar": "agent-sidecar (gRPC, tools in separate processes)",
+    "sidecar_new_session": "agent-sidecar, each run's session created inside the run",
     "sidecar_memory": "agent-sidecar, sessions in memory instead of SQLite",
     "sidecar_sdk": "agent-sidecar, model requests through openai.AsyncOpenAI",
     "sidecar_event_engine": "agent-sidecar, gRPC's default I/O (EventEngine threads)",
@@ -23,11 +24,27 @@ FRAMEWORKS = ("langgraph_react", "langchain_agent", "openai_agents")
 
 
 def _zero(batches: list[dict[str, Any]], runs: int) -> dict[str, float]:
+    """Throughput and CPU per run. ``total_cpu_ms`` compares like with like: the peers run
+    their tools in-process, so a sidecar's figure adds its tool server's CPU."""
+    tools = [b.get("tools_cpu_s", 0.0) / runs * 1000 for b in batches]
     return {
         "rps": median([runs / b["wall_s"] for b in batches]),
         "cpu_ms": median([b["cpu_s"] / runs * 1000 for b in batches]),
+        "tools_cpu_ms": median(tools),
+        "total_cpu_ms": median(
+            [(b["cpu_s"] + b.get("tools_cpu_s", 0.0)) / runs * 1000 for b in batches]
+        ),
         "client_cpu_ms": median([b.get("client_cpu_s", 0.0) / runs * 1000 for b in batches]),
     }
+
+
+def fanout(results: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, list[float]] | None]:
+    """The fan-out samples: the tool stage (the sidecar's timeline) and the whole run at the
+    calling client (None in results from before it was measured)."""
+    fan = results["fanout"]
+    if "tool_stage" in fan:
+        return fan["tool_stage"], fan["client"]
+    return fan, None
 
 
 def _latency(batches: list[dict[str, Any]], ideal: float) -> dict[str, float]:
@@ -59,9 +76,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     out: list[tuple[str, str, str, bool]] = []
     z1, z32 = m["zero-c1"], m["zero-c32"]
     cpu = z1["sidecar"]["cpu_ms"]
-    worst_ratio = min(z1[f]["cpu_ms"] for f in FRAMEWORKS) / cpu
+    total = z1["sidecar"]["total_cpu_ms"]
+    worst_ratio = min(z1[f]["cpu_ms"] for f in FRAMEWORKS) / total
     out.append(("sidecar CPU per run, zero latency", f"{cpu:.2f} ms", "≤ 1.5 ms", cpu <= 1.5))
-    out.append(("… vs each framework", f"{worst_ratio:.2f}x less", "≥ 5x", worst_ratio >= 5))
+    out.append(
+        (
+            "… sidecar + tool server vs each framework (tools in-process)",
+            f"{worst_ratio:.2f}x less ({total:.2f} ms)",
+            "≥ 5x",
+            worst_ratio >= 5,
+        )
+    )
     rps = z32["sidecar"]["rps"]
     rps_ratio = rps / max(z32[f]["rps"] for f in FRAMEWORKS)
     out.append(("runs/s, zero latency, concurrency 32", f"{rps:.0f}", "≥ 600", rps >= 600))
@@ -92,7 +117,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
             r32["overhead_p99"] <= 20,
         )
     )
-    fan = median(results["fanout"]["32"])
+    fan = median(fanout(results)[0]["32"])
     out.append(("tool stage, 32 parallel 20 ms tools", f"{fan:.1f} ms", "≤ 25 ms", fan <= 25))
     return out
 
@@ -117,7 +142,15 @@ def _charts(results: dict[str, Any], img: Path) -> list[str]:
     files = []
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    axes[0].bar(short, [m["zero-c1"][n]["cpu_ms"] for n in names], color="#4c72b0")
+    own = [m["zero-c1"][n]["cpu_ms"] for n in names]
+    axes[0].bar(short, own, color="#4c72b0", label="the contender's process")
+    axes[0].bar(
+        short,
+        [m["zero-c1"][n]["tools_cpu_ms"] for n in names],
+        bottom=own,
+        color="#8172b3",
+        label="its tool server (sidecar only; the peers' tools are in-process)",
+    )
     axes[0].set_title("CPU per run, zero latency (ms, lower is better)")
     axes[0].axhline(1.5, color="#c44e52", linestyle="--", label="sidecar target 1.5 ms")
     axes[0].legend()
@@ -149,15 +182,24 @@ def _charts(results: dict[str, Any], img: Path) -> list[str]:
     files.append("img/bench-realistic.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    fan = results["fanout"]
+    fan, at_client = fanout(results)
     counts = [int(n) for n in fan]
-    ax.plot(counts, [median(fan[str(n)]) for n in counts], marker="o", label="P50")
-    ax.plot(counts, [percentile(fan[str(n)], 99) for n in counts], marker="o", label="P99")
+    ax.plot(counts, [median(fan[str(n)]) for n in counts], marker="o", label="tool stage P50")
+    ax.plot(
+        counts, [percentile(fan[str(n)], 99) for n in counts], marker="o", label="tool stage P99"
+    )
+    if at_client is not None:
+        ax.plot(
+            counts,
+            [median(at_client[str(n)]) for n in counts],
+            marker="s",
+            label="whole run at the client, P50",
+        )
     ax.axhline(20, color="grey", linestyle=":", label="one tool (20 ms)")
     ax.axhline(25, color="#c44e52", linestyle="--", label="target 25 ms")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("parallel tool calls in one step")
-    ax.set_ylabel("tool stage (ms)")
+    ax.set_ylabel("ms")
     ax.set_title("fan-out through the sidecar")
     ax.legend()
     fig.tight_layout()
@@ -216,17 +258,24 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "",
         "![zero latency](img/bench-zero-latency.png)",
         "",
-        "| contender | CPU/run c=1 (ms) | runs/s c=1 | CPU/run c=32 (ms) | runs/s c=32 |",
-        "| --- | --- | --- | --- | --- |",
+        "CPU per run is the contender's own process; for the sidecar it is shown alone and "
+        "with its tool server's CPU added (**with tools**), the figure to compare with the "
+        "peers, which run their tools in-process. The sidecar's calling client is shown apart "
+        "(every peer's caller would pay its own too).",
+        "",
+        "| contender | CPU/run c=1 (ms) | with tools c=1 | runs/s c=1 | CPU/run c=32 (ms) | "
+        "with tools c=32 | runs/s c=32 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, label in LABELS.items():
         a, b = m["zero-c1"][name], m["zero-c32"][name]
-        extra = ""
-        if name.startswith("sidecar"):
-            extra = f" (+ client {a['client_cpu_ms']:.2f})"
+        sidecar = name.startswith("sidecar")
+        extra = f" (+ client {a['client_cpu_ms']:.2f})" if sidecar else ""
+        with_a = f"{a['total_cpu_ms']:.2f}" if sidecar else "(in-process)"
+        with_b = f"{b['total_cpu_ms']:.2f}" if sidecar else "(in-process)"
         out.append(
-            f"| {label} | {a['cpu_ms']:.2f}{extra} | {a['rps']:.0f} | {b['cpu_ms']:.2f} | "
-            f"{b['rps']:.0f} |"
+            f"| {label} | {a['cpu_ms']:.2f}{extra} | {with_a} | {a['rps']:.0f} | "
+            f"{b['cpu_ms']:.2f} | {with_b} | {b['rps']:.0f} |"
         )
     out += [
         "",
@@ -244,7 +293,7 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
             f"| {label} | {a['p50']:.1f} | {a['overhead_p50']:.1f} / {a['overhead_p99']:.1f} | "
             f"{b['p50']:.1f} | {b['overhead_p50']:.1f} / {b['overhead_p99']:.1f} |"
         )
-    fan = results["fanout"]
+    fan, at_client = fanout(results)
     out += [
         "",
         "The textbook loop runs its tools one after another, so its critical path is "
@@ -256,13 +305,28 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "![fan-out](img/bench-fanout.png)",
         "",
         "The tool stage, from the first call's start to the last call's end, as the sidecar's "
-        "timeline reports it (every call crosses a process boundary over gRPC).",
+        "timeline reports it (every call crosses a process boundary over gRPC), and the whole "
+        "run as the calling client measures it.",
         "",
         "| parallel calls | " + " | ".join(fan) + " |",
         "| --- |" + " --- |" * len(fan),
-        "| P50 (ms) | " + " | ".join(f"{median(v):.1f}" for v in fan.values()) + " |",
-        "| P99 (ms) | " + " | ".join(f"{percentile(v, 99):.1f}" for v in fan.values()) + " |",
+        "| tool stage P50 (ms) | " + " | ".join(f"{median(v):.1f}" for v in fan.values()) + " |",
+        "| tool stage P99 (ms) | "
+        + " | ".join(f"{percentile(v, 99):.1f}" for v in fan.values())
+        + " |",
     ]
+    if at_client is not None:
+        out += [
+            "| whole run at the client P50 (ms) | "
+            + " | ".join(f"{median(v):.1f}" for v in at_client.values())
+            + " |",
+            "| whole run at the client P99 (ms) | "
+            + " | ".join(f"{percentile(v, 99):.1f}" for v in at_client.values())
+            + " |",
+            "",
+            "The whole run, as the calling client measures it, is two model calls "
+            "(zero latency) around the tool stage, plus the gRPC hop in and out.",
+        ]
     stream = results["streaming"]
     out += [
         "",

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -110,6 +111,18 @@ with as many faults as the stated share of the model requests it saw in that qua
 """
 
 
+def portable(value: Any) -> Any:
+    """``value`` with every absolute file path shown as ``WORKDIR/NAME``: a report names no
+    directory of the machine it ran on."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        return f"WORKDIR/{Path(value).name}"
+    return value
+
+
 def one_line(phase: dict[str, Any]) -> str:
     """A phase in one line, for the console while the soak runs."""
     ms = phase["completed_ms"]
@@ -189,10 +202,11 @@ def render(document: dict[str, Any]) -> str:
         )
     )
     out += [
-        "The sidecar's configuration (the simulator's and tool server's addresses as they were):",
+        "The sidecar's configuration (the simulator's and tool server's addresses as they were; "
+        "file paths as `WORKDIR/...`, the run's work directory):",
         "",
         "```yaml",
-        yaml.safe_dump(document["sidecar_config"], sort_keys=False).rstrip(),
+        yaml.safe_dump(portable(document["sidecar_config"]), sort_keys=False).rstrip(),
         "```",
         "",
         "## Phase by phase",
