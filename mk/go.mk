@@ -23,7 +23,7 @@ CLIENT_GEN += gen-go
 CLIENT_CHECK += check-go
 CLIENT_TEST += test-go
 
-.PHONY: gen-go check-go test-go
+.PHONY: gen-go check-go test-go test-go-client test-go-toolservers
 
 .tools/go/protoc-gen-go@$(PROTOC_GEN_GO_VERSION):
 	mkdir -p $(GO_BIN) .tools/go
@@ -51,7 +51,11 @@ check-go: $(BUF) $(GO_PLUGIN_STAMPS)
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted: $$unformatted"; exit 1; fi
 
 ## test-go: vet and test the Go client (against a real sidecar) and the tool-server library.
-test-go: install
+test-go: test-go-client test-go-toolservers
+
+test-go-client: install
 	cd clients/go && $(GO) vet ./... && \
 		AGENT_SIDECAR_PYTHON="$(CURDIR)/$(PY)" $(GO) test -count=1 -timeout 5m ./...
+
+test-go-toolservers:
 	cd toolservers/go && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...

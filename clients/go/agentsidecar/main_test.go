@@ -45,8 +45,8 @@ func runTests(m *testing.M) int {
 	}
 	defer client.Close()
 	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- launcher stderr ---\n%s\n", stack.logs.String())
+	if logs := stack.logs.String(); code != 0 && logs != "" {
+		fmt.Fprintf(os.Stderr, "--- the launcher's stderr ---\n%s\n", logs)
 	}
 	return code
 }
