@@ -38,13 +38,31 @@ const (
 // hits a limit.
 //
 // Deadlines: a run honours the caller's gRPC deadline; the remaining time
-// bounds every model request and tool call it makes. Errors are canonical
-// gRPC statuses: NOT_FOUND for an unknown session, profile or pending call,
-// INVALID_ARGUMENT for a malformed request, FAILED_PRECONDITION for a
-// session that is already running a turn, UNAVAILABLE while the sidecar
-// starts or drains. A run that starts and then fails (the model rejects the
-// request, say) is not a status: it finishes with a RunResult whose
-// stop_reason and error say why.
+// bounds every model request and tool call it makes.
+//
+// Errors: a run that starts and then fails (the model rejects the request,
+// say) is not a status: it finishes with a RunResult whose stop_reason and
+// error say why. A request that cannot be served is a canonical gRPC status
+// whose details (a google.rpc.Status in the grpc-status-details-bin trailer)
+// hold a google.rpc.ErrorInfo with domain "agentsidecar.v1" and one of these
+// reasons; branch on the reason, never on the message:
+//
+//   - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
+//     google.rpc.BadRequest names each one.
+//   - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+//   - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
+//   - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
+//   - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
+//   - SESSION_BUSY (FAILED_PRECONDITION): another run holds the session;
+//     RetryInfo says when to retry.
+//   - PROFILE_REMOVED (FAILED_PRECONDITION): the session's profile is no
+//     longer configured.
+//   - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
+//     when to retry (on another replica).
+//   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
+//     sidecar's log line.
+//
+// docs/errors.md explains each reason and what to do about it.
 type AgentServiceClient interface {
 	// CreateSession starts a conversation under an agent profile.
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
@@ -168,13 +186,31 @@ func (c *agentServiceClient) ListSessionTools(ctx context.Context, in *ListSessi
 // hits a limit.
 //
 // Deadlines: a run honours the caller's gRPC deadline; the remaining time
-// bounds every model request and tool call it makes. Errors are canonical
-// gRPC statuses: NOT_FOUND for an unknown session, profile or pending call,
-// INVALID_ARGUMENT for a malformed request, FAILED_PRECONDITION for a
-// session that is already running a turn, UNAVAILABLE while the sidecar
-// starts or drains. A run that starts and then fails (the model rejects the
-// request, say) is not a status: it finishes with a RunResult whose
-// stop_reason and error say why.
+// bounds every model request and tool call it makes.
+//
+// Errors: a run that starts and then fails (the model rejects the request,
+// say) is not a status: it finishes with a RunResult whose stop_reason and
+// error say why. A request that cannot be served is a canonical gRPC status
+// whose details (a google.rpc.Status in the grpc-status-details-bin trailer)
+// hold a google.rpc.ErrorInfo with domain "agentsidecar.v1" and one of these
+// reasons; branch on the reason, never on the message:
+//
+//   - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
+//     google.rpc.BadRequest names each one.
+//   - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+//   - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
+//   - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
+//   - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
+//   - SESSION_BUSY (FAILED_PRECONDITION): another run holds the session;
+//     RetryInfo says when to retry.
+//   - PROFILE_REMOVED (FAILED_PRECONDITION): the session's profile is no
+//     longer configured.
+//   - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
+//     when to retry (on another replica).
+//   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
+//     sidecar's log line.
+//
+// docs/errors.md explains each reason and what to do about it.
 type AgentServiceServer interface {
 	// CreateSession starts a conversation under an agent profile.
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
