@@ -128,24 +128,25 @@ def start_process(
     cwd: str | Path | None = None,
     stderr: IO[bytes] | IO[str] | None = None,
     timeout: float = 30.0,
-    python: str = sys.executable,
+    executable: str = sys.executable,
 ) -> ServerProcess:
-    """Start ``python ARGS...`` and wait until it announces its address.
+    """Start ``EXECUTABLE ARGS...`` and wait until it announces its address.
 
     Args:
-        args: The interpreter's arguments (``["-m", "toolservers.examples.orders", ...]``).
+        args: The program's arguments (``["-m", "toolservers.examples.orders", ...]``).
         env: Added to this process's environment.
         cwd: The working directory; unset: this process's.
         stderr: Where the process's stderr goes; unset: this process's stderr.
         timeout: Seconds to wait for the address.
-        python: The interpreter.
+        executable: The program to run: this Python unless told otherwise (a tool server
+            in another language, say).
 
     Raises:
         ProcessStartError: the process exited, or announced nothing within ``timeout``.
     """
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     popen = subprocess.Popen(
-        [python, *args],
+        [executable, *args],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         stderr=stderr,

@@ -52,7 +52,7 @@ def stack(currency_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         # start_process runs `python ARGS`; any executable that prints `listening on
         # HOST:PORT` starts the same way, with the binary in the interpreter's place.
         testing.start_process(
-            ["--port", "0", "--log-level", "warn"], python=str(currency_binary)
+            ["--port", "0", "--log-level", "warn"], executable=str(currency_binary)
         ) as currency,
         testing.tool_server("toolservers.examples.orders", "--log-level", "WARNING") as orders,
         testing.tool_server("toolservers.examples.logistics", "--log-level", "WARNING") as parcels,
