@@ -23,6 +23,7 @@ FaultKind = Literal[
     "tool_use_failed",
     "unknown_tool",
     "disconnect",
+    "raw",
 ]
 FAULT_KINDS: Final[frozenset[str]] = frozenset(get_args(FaultKind))
 
@@ -42,6 +43,11 @@ class Fault:
         message: error message override for ``status`` faults.
         hang_s: how long a ``hang`` holds the request at most; ``None`` uses the simulator's
             cap.
+        body: a ``raw`` fault's whole response body to a request that does not stream,
+            sent as it is (any bytes a broken or unusual server might send).
+        frames: a ``raw`` fault's response to a streaming request: each string is written
+            as it is, in order (``"data: {...}\n\n"``, ``"event: error\n"``...).
+        headers: extra response headers of a ``raw`` fault.
     """
 
     kind: FaultKind
@@ -50,6 +56,9 @@ class Fault:
     retry_after: float | None = None
     message: str | None = None
     hang_s: float | None = None
+    body: str | None = None
+    frames: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form accepted by :func:`parse_fault`."""
@@ -61,6 +70,9 @@ class Fault:
                 out["message"] = self.message
         if self.kind == "hang" and self.hang_s is not None:
             out["hang_s"] = self.hang_s
+        if self.kind == "raw":
+            out.update(status=self.status, body=self.body, frames=list(self.frames))
+            out["headers"] = dict(self.headers)
         return out
 
 
@@ -74,13 +86,18 @@ def parse_fault(data: object) -> Fault:
         return data
     if not isinstance(data, Mapping):
         raise FaultSpecError(f"a fault must be an object, got {type(data).__name__}")
-    unknown = set(data) - {"kind", "times", "status", "retry_after", "message", "hang_s"}
+    fields = {"kind", "times", "status", "retry_after", "message", "hang_s"}
+    unknown = set(data) - fields - {"body", "frames", "headers"}
     if unknown:
         raise FaultSpecError(f"unknown fault field(s): {', '.join(sorted(map(str, unknown)))}")
     kind = data.get("kind")
     if kind not in FAULT_KINDS:
         raise FaultSpecError(f"fault kind must be one of {', '.join(sorted(FAULT_KINDS))}")
     times = _integer(data.get("times", 1), "times", low=1)
+    if kind == "raw":
+        return _raw(data, times)
+    if set(data) - fields:
+        raise FaultSpecError("body, frames and headers belong to raw faults")
     status = _integer(data.get("status", 500), "status", low=400, high=599)
     retry_raw = data.get("retry_after", _UNSET)
     if retry_raw is _UNSET:
@@ -95,6 +112,29 @@ def parse_fault(data: object) -> Fault:
     if message is not None and not isinstance(message, str):
         raise FaultSpecError("fault 'message' must be a string")
     return Fault(kind, times, status, retry_after, message, hang_s)
+
+
+def _raw(data: Mapping[str, Any], times: int) -> Fault:
+    status = _integer(data.get("status", 200), "status", low=200, high=599)
+    body = data.get("body")
+    if body is not None and not isinstance(body, str):
+        raise FaultSpecError("a raw fault's 'body' must be a string")
+    frames = data.get("frames", [])
+    if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
+        raise FaultSpecError("a raw fault's 'frames' must be a list of strings")
+    headers = data.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise FaultSpecError("a raw fault's 'headers' must map strings to strings")
+    return Fault(
+        "raw",
+        times,
+        status,
+        body=body,
+        frames=tuple(frames),
+        headers=tuple(headers.items()),
+    )
 
 
 def parse_faults(data: object) -> list[Fault]:

@@ -257,6 +257,8 @@ class LLMSimulator:
                 return self._error(fault.status, message, headers)
             if kind == "hang":
                 return await self._hang(fault, headers)
+            if kind == "raw":
+                return await self._raw(request, fault, headers, stream)
             if kind == "tool_use_failed":
                 generation = self._planner.failed_generation(body, reply)
                 return self._error(
@@ -391,6 +393,25 @@ class LLMSimulator:
         return _json({"status": "ok", "simulator": SYSTEM_FINGERPRINT})
 
     # -- helpers -----------------------------------------------------------------------
+
+    async def _raw(
+        self, request: web.Request, fault: Fault, headers: dict[str, str], stream: bool
+    ) -> web.StreamResponse:
+        """Send a ``raw`` fault's bytes exactly as given: a server gone wrong or odd."""
+        self._stats.by_status[str(fault.status)] += 1
+        headers = {**headers, **dict(fault.headers)}
+        if not stream or not fault.frames:
+            return web.Response(
+                status=fault.status,
+                body=(fault.body or "").encode(),
+                headers={"Content-Type": "application/json", **headers},
+            )
+        response = web.StreamResponse(status=fault.status, headers={**_SSE_HEADERS, **headers})
+        await response.prepare(request)
+        for frame in fault.frames:
+            await response.write(frame.encode())
+        await response.write_eof()
+        return response
 
     def _error(
         self,

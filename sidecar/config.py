@@ -215,6 +215,9 @@ class ProfileConfig(_Strict):
     """Tool calls per run before it stops with STOP_REASON_MAX_TOOL_CALLS."""
     answer_schema: dict[str, Any] | None = None
     """JSON Schema the final answer must match in structured mode; unset: free text."""
+    max_input_chars: int = Field(200_000, ge=1, le=10_000_000)
+    """Longest user input a run accepts, in characters (about 50,000 tokens at the
+    default); a longer one fails with INPUT_TOO_LARGE before anything runs or is stored."""
     approval_timeout: float = Field(300.0, gt=0)
     """Seconds a call waits for ApproveToolCall before it counts as denied."""
     early_dispatch: bool = True

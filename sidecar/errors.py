@@ -11,6 +11,7 @@ it picks a status code::
     │   └── TelemetryUnavailable  telemetry is configured but cannot start
     ├── RequestError              a caller's request cannot be served as asked
     │   ├── InvalidRequest        fields of the request are invalid (each one named)
+    │   │   └── InputTooLarge     the user input is longer than the profile allows
     │   ├── SessionNotFound       no such session (never created, deleted, expired)
     │   ├── ProfileNotFound       no such agent profile in the configuration
     │   ├── CallNotPending        no such tool call is waiting for approval
@@ -46,6 +47,7 @@ __all__ = [
     "Draining",
     "FieldViolation",
     "HttpError",
+    "InputTooLarge",
     "InvalidRequest",
     "ModelError",
     "ModelRequestRejected",
@@ -139,6 +141,16 @@ class InvalidRequest(RequestError):
     def field(cls, field: str, description: str) -> InvalidRequest:
         """One invalid field."""
         return cls([FieldViolation(field, description)])
+
+
+class InputTooLarge(InvalidRequest):
+    """The user input is longer than the profile's ``max_input_chars``."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(
+            [FieldViolation("input", f"is {length} characters; the profile allows {limit}")]
+        )
+        self.metadata = {"limit": str(limit), "length": str(length)}
 
 
 _SESSION = "agentsidecar.v1.Session"

@@ -117,6 +117,7 @@ class StopReason(enum.IntEnum):
     INVALID_ANSWER = 8
     BUDGET_ANSWERED = 9
     BUDGET_STOPPED = 10
+    REFUSED = 11
 
 
 class ToolCallStatus(enum.IntEnum):

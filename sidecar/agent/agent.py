@@ -17,13 +17,25 @@ Errors are :class:`~sidecar.errors.RequestError` subclasses; the front maps them
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import logging
 import time
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.agent.approvals import Approvals, Decision
 from sidecar.agent.cost import PriceTable
+from sidecar.agent.limits import (
+    capped,
+    check_id,
+    check_input,
+    check_labels,
+    check_reason,
+    page_size,
+)
 from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.context.assembler import ContextAssembler
 from sidecar.errors import (
@@ -40,15 +52,19 @@ from sidecar.tools.dispatch import Approver
 from sidecar.types import (
     Clock,
     EventSink,
+    RunError,
     RunOutcome,
     Session,
     StopReason,
     ToolAvailability,
     ToolCall,
     Turn,
+    Usage,
 )
 
-__all__ = ["DEFAULT_RUN_TIMEOUT", "Agent", "ClaimedTurn"]
+__all__ = ["DEFAULT_RUN_TIMEOUT", "Agent", "ClaimedTurn", "SessionPage"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RUN_TIMEOUT = 600.0
 """Seconds a run may take when its caller set no deadline: a wedged run must never hold
@@ -56,6 +72,36 @@ a session forever."""
 _RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
 _DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another replica)
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionPage:
+    """A session and one page of its turns."""
+
+    session: Session
+    """The session; its ``turns`` are this page's."""
+    next_page_token: str
+    """Where the next page starts; empty after the last."""
+    total_turns: int
+
+
+def _page_token(offset: int, session_id: str) -> str:
+    raw = f"{offset}:{zlib.crc32(session_id.encode()):08x}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _page_start(token: str, session_id: str, turns: int) -> int:
+    if not token:
+        return 0
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        offset_text, check = raw.split(":")
+        offset = int(offset_text)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest.field("page_token", "is not a token this sidecar made") from None
+    if check != f"{zlib.crc32(session_id.encode()):08x}" or not 0 <= offset <= turns:
+        raise InvalidRequest.field("page_token", "belongs to another session or read")
+    return offset
 
 
 @dataclass(slots=True, kw_only=True)
@@ -81,6 +127,8 @@ class Agent:
         context: Builds each run's window; unset: windows with no memory.
         telemetry: Metrics, tracing and the timeline log; unset: all off.
         prices: Prices each run's tokens; unset: no run has a cost.
+        max_response_bytes: The largest response the front can send; a session's page of
+            turns stays under half of it.
     """
 
     def __init__(
@@ -91,6 +139,7 @@ class Agent:
         context: ContextAssembler | None = None,
         telemetry: Telemetry | None = None,
         prices: PriceTable | None = None,
+        max_response_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -100,6 +149,7 @@ class Agent:
         self.telemetry = telemetry or Telemetry(label="agent-sidecar")
         self.prices = prices or PriceTable({})
         self.approvals = Approvals()
+        self.max_response_bytes = max_response_bytes
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -162,6 +212,9 @@ class Agent:
             SessionExists: the id is taken.
         """
         self._refuse_if_draining()
+        check_id(profile, "profile")
+        check_id(session_id, "session_id", required=False)
+        check_labels(labels)
         self.profile(profile)
         return await self.store.create(profile, session_id, labels)
 
@@ -172,12 +225,36 @@ class Agent:
             InvalidRequest: the id is empty.
             SessionNotFound: no such session.
         """
-        if not session_id:
-            raise InvalidRequest.field("session_id", "is required")
+        check_id(session_id, "session_id")
         session = await self.store.get(session_id)
         if session is None:
             raise SessionNotFound(session_id)
         return session
+
+    async def session_page(self, session_id: str, *, size: int = 0, token: str = "") -> SessionPage:
+        """The session with one page of its turns (oldest first), each turn's input and
+        answer capped, the page kept under half the largest response.
+
+        Raises:
+            InvalidRequest: a bad id, page size or page token.
+            SessionNotFound: no such session.
+        """
+        size = page_size(size)
+        session = await self.get_session(session_id)
+        turns = session.turns
+        start = _page_start(token, session_id, len(turns))
+        page: list[Turn] = []
+        spent = 0
+        for turn in turns[start : start + size]:
+            shown = dataclasses.replace(turn, input=capped(turn.input), answer=capped(turn.answer))
+            spent += len(shown.input.encode()) + len(shown.answer.encode()) + 256
+            if page and spent > self.max_response_bytes // 2:
+                break
+            page.append(shown)
+        end = start + len(page)
+        following = _page_token(end, session_id) if end < len(turns) else ""
+        shown_session = dataclasses.replace(session, turns=page)
+        return SessionPage(session=shown_session, next_page_token=following, total_turns=len(turns))
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and its turns; False when there was none.
@@ -185,8 +262,7 @@ class Agent:
         Raises:
             InvalidRequest: the id is empty.
         """
-        if not session_id:
-            raise InvalidRequest.field("session_id", "is required")
+        check_id(session_id, "session_id")
         return await self.store.delete(session_id)
 
     async def session_tools(self, session_id: str) -> list[tuple[CatalogTool, ToolAvailability]]:
@@ -205,6 +281,9 @@ class Agent:
         Raises:
             CallNotPending: no such call is waiting.
         """
+        check_id(session_id, "session_id")
+        check_id(call_id, "call_id")
+        check_reason(decision.reason)
         self.approvals.decide(session_id, call_id, decision)
 
     # -- turns ---------------------------------------------------------------------------
@@ -221,12 +300,14 @@ class Agent:
         """
         clock = Clock()
         self._refuse_if_draining()
-        if not user_input:
-            raise InvalidRequest.field("input", "must not be empty")
+        check_id(session_id, "session_id")
+        if not user_input or user_input.isspace():
+            check_input(user_input, 0)  # names the field before any lookup
         session = await self.get_session(session_id)
         profile = self.loop.profiles.get(session.profile)
         if profile is None:
             raise ProfileRemoved(session_id, session.profile)
+        check_input(user_input, profile.config.max_input_chars)
         turn = ClaimedTurn(
             session=session,
             profile=profile,
@@ -301,25 +382,30 @@ class Agent:
         result: RunResultWithMessages | None = None
         window = None
         try:
-            window = self.context.window(
-                session,
-                profile.name,
-                profile.system_message,
-                self.loop.tool_definitions(profile),
-                turn.input,
-            )
-            result = await self.loop.run(
-                profile,
-                window.messages,
-                turn.input,
-                deadline=deadline,
-                structured=structured,
-                sink=sink,
-                approver=self._approver(session, profile, deadline) if sink else None,
-                metadata=passed,
-                clock=clock,
-                trace=trace,
-            )
+            try:
+                window = self.context.window(
+                    session,
+                    profile.name,
+                    profile.system_message,
+                    self.loop.tool_definitions(profile),
+                    turn.input,
+                )
+                result = await self.loop.run(
+                    profile,
+                    window.messages,
+                    turn.input,
+                    deadline=deadline,
+                    structured=structured,
+                    sink=sink,
+                    approver=self._approver(session, profile, deadline) if sink else None,
+                    metadata=passed,
+                    clock=clock,
+                    trace=trace,
+                )
+            except Exception:
+                # A bug, not a run failure: the turn is stored as failed, never as
+                # cancelled, and the caller learns an error id, not the exception.
+                result = _internal_failure(turn.run_id, clock)
             return result.outcome
         finally:
             outcome = result.outcome if result is not None else None
@@ -368,3 +454,21 @@ class Agent:
             return decision.approved, decision.reason
 
         return approve
+
+
+def _internal_failure(run_id: str, clock: Clock) -> RunResultWithMessages:
+    error_id = uuid.uuid4().hex[:16]
+    log.exception("run %s failed: internal error %s", run_id, error_id)
+    outcome = RunOutcome(
+        answer="",
+        stop_reason=StopReason.MODEL_ERROR,
+        usage=Usage(),
+        stages=[],
+        total=clock.now(),
+        steps=0,
+        tool_calls=0,
+        error=RunError(
+            "internal", f"internal error {error_id}; the sidecar's log has the details", False
+        ),
+    )
+    return RunResultWithMessages(outcome, [])

@@ -278,6 +278,9 @@ class _Run:
             except ModelError as exc:
                 return await self._model_failed(exc, history_kept=new)
 
+            if response.refusal is not None and not response.tool_calls:
+                new.append({"role": "assistant", "content": response.refusal})
+                return self.finish(response.refusal, StopReason.REFUSED, new)
             if not response.tool_calls:
                 return self._answer(response.text, new)
             if self.budget is not None and (over := await self._over_budget(step, new)):

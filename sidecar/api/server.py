@@ -166,6 +166,7 @@ class Sidecar:
             context=context,
             telemetry=self.telemetry,
             prices=PriceTable(self.config.prices),
+            max_response_bytes=self.config.server.max_message_bytes,
         )
         self._servicer = AgentServicer(self.agent)
         if self.telemetry.metrics is not None:

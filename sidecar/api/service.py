@@ -143,8 +143,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def GetSession(
         self, request: agent_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.GetSessionResponse:
-        session = await self._agent.get_session(request.session_id)
-        return agent_pb2.GetSessionResponse(session=convert.session(session))
+        page = await self._agent.session_page(
+            request.session_id, size=request.page_size, token=request.page_token
+        )
+        return agent_pb2.GetSessionResponse(
+            session=convert.session(page.session),
+            next_page_token=page.next_page_token,
+            total_turns=page.total_turns,
+        )
 
     @_answers
     async def DeleteSession(

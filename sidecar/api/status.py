@@ -26,6 +26,7 @@ from grpc_status import rpc_status
 from sidecar.errors import (
     CallNotPending,
     Draining,
+    InputTooLarge,
     InvalidRequest,
     ProfileNotFound,
     ProfileRemoved,
@@ -52,6 +53,7 @@ class _Entry:
 
 _TABLE: dict[type[SidecarError], _Entry] = {
     InvalidRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST"),
+    InputTooLarge: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INPUT_TOO_LARGE"),
     SessionNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     ProfileNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "PROFILE_NOT_FOUND"),
     CallNotPending: _Entry(grpc.StatusCode.NOT_FOUND, "CALL_NOT_PENDING"),

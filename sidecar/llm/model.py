@@ -30,6 +30,10 @@ class ModelResponse:
     time_to_first_token: float | None = None
     """Seconds from sending the request to the first streamed token; None when not streamed."""
     attempts: int = 1
+    refusal: str | None = None
+    """The model's refusal, when it declined to answer (``message.refusal``)."""
+    request_id: str | None = None
+    """The provider's id of the request (Groq's ``x_groq.id``, else the completion id)."""
 
 
 @dataclass(slots=True)

@@ -6,7 +6,8 @@ run's remaining time or the retries stop. ``tool_use_failed`` is surfaced as
 :class:`ToolUseFailed` for the loop's repair round; other 4xx are final.
 
 The request body is serialized once (orjson) and the response parsed once, into plain
-values; :mod:`sidecar.llm.transport` carries the bytes.
+values, by :mod:`sidecar.llm.wire` (which lets nothing malformed through);
+:mod:`sidecar.llm.transport` carries the bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
-from sidecar.types import ProviderTiming, ToolCall, Usage
+from sidecar.llm.wire import StreamReader, parse_completion
 
 log = logging.getLogger(__name__)
 
@@ -179,29 +180,7 @@ class OpenAICompatibleModel:
 
     async def _create(self, request: ModelRequest, timeout: float) -> ModelResponse:
         content = await self._transport.complete(self._body(request, False), timeout)
-        try:
-            body = orjson.loads(content)
-            choice = body["choices"][0]
-            message = choice["message"]
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise ModelUnavailable(
-                "model_bad_response",
-                f"the model endpoint sent an unreadable response: {exc}",
-                retryable=True,
-            ) from None
-        calls = [
-            ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
-            for c in message.get("tool_calls") or ()
-            if c.get("type", "function") == "function"
-        ]
-        usage = body.get("usage")
-        return ModelResponse(
-            text=message.get("content") or "",
-            tool_calls=calls,
-            finish_reason=choice.get("finish_reason") or "stop",
-            usage=_usage(usage),
-            provider=_provider_timing(usage),
-        )
+        return parse_completion(content)
 
     async def _stream(
         self,
@@ -210,118 +189,17 @@ class OpenAICompatibleModel:
         sink: TextSink,
         on_tool_call: ToolCallSink | None,
     ) -> ModelResponse:
-        started = time.perf_counter()
-        first_token: float | None = None
-        parts: list[str] = []
-        calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
-        announced: set[int] = set()
-        finish_reason = "stop"
-        usage: Any = None
-        groq_usage: Any = None
+        reader = StreamReader(sink, on_tool_call)
         lines = self._transport.stream(self._body(request, True), timeout)
         try:
             async for line in lines:
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
-                if data == b"[DONE]":
+                reader.feed(line)
+                if reader.done:
                     break
-                chunk = orjson.loads(data)
-                if "error" in chunk:
-                    raise _stream_error(chunk["error"])
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                x_groq = chunk.get("x_groq")
-                if x_groq and x_groq.get("usage"):
-                    # Groq's streamed usage carries its timing even when the standard
-                    # usage chunk does not.
-                    groq_usage = x_groq["usage"]
-                choices = chunk.get("choices")
-                if not choices:
-                    continue
-                choice = choices[0]
-                delta = choice.get("delta") or {}
-                content = delta.get("content")
-                fragments = delta.get("tool_calls")
-                if first_token is None and (content or fragments):
-                    first_token = time.perf_counter() - started
-                if content:
-                    parts.append(content)
-                    sink(content)
-                for fragment in fragments or ():
-                    index = fragment.get("index", 0)
-                    entry = calls.get(index)
-                    if entry is None:
-                        if on_tool_call is not None and calls:
-                            # Calls stream one after another: the one before is complete.
-                            _announce(calls, announced, on_tool_call)
-                        entry = calls[index] = ["", ""]
-                    if fragment.get("id"):
-                        entry[0] = fragment["id"]
-                    function = fragment.get("function") or {}
-                    if function.get("name"):
-                        entry[1] += function["name"]
-                    if function.get("arguments"):
-                        entry.append(function["arguments"])
-                if choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-        except orjson.JSONDecodeError as exc:
-            raise ModelUnavailable(
-                "model_bad_response",
-                f"the model endpoint sent an unreadable chunk: {exc}",
-                retryable=True,
-            ) from None
         finally:
             await lines.aclose()
-        tool_calls = [
-            ToolCall(entry[0], entry[1], "".join(entry[2:])) for _, entry in sorted(calls.items())
-        ]
-        return ModelResponse(
-            text="".join(parts),
-            tool_calls=tool_calls,
-            finish_reason=finish_reason,
-            usage=_usage(usage or groq_usage),
-            provider=_provider_timing(groq_usage or usage),
-            time_to_first_token=first_token,
-        )
-
-
-def _announce(calls: dict[int, list[str]], announced: set[int], on_tool_call: ToolCallSink) -> None:
-    """Hand every complete call not yet announced to ``on_tool_call``."""
-    for index, entry in calls.items():
-        if index not in announced:
-            announced.add(index)
-            on_tool_call(ToolCall(entry[0], entry[1], "".join(entry[2:])))
+        return reader.response()
 
 
 def _error(state: RetryCallState) -> BaseException | None:
     return state.outcome.exception() if state.outcome else None
-
-
-def _usage(usage: Any) -> Usage:
-    if not usage:
-        return Usage()
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt_tokens=usage.get("prompt_tokens") or 0,
-        completion_tokens=usage.get("completion_tokens") or 0,
-        cached_prompt_tokens=details.get("cached_tokens") or 0,
-    )
-
-
-def _provider_timing(usage: Any) -> ProviderTiming:
-    # Groq adds queue_time / prompt_time / completion_time (seconds) to the usage object.
-    if not usage:
-        return ProviderTiming()
-    return ProviderTiming(
-        queue_time=usage.get("queue_time"),
-        prompt_time=usage.get("prompt_time"),
-        completion_time=usage.get("completion_time"),
-    )
-
-
-def _stream_error(error: Any) -> ModelError:
-    message = str(error.get("message") if isinstance(error, dict) else error)
-    return ModelUnavailable(
-        "model_stream_error", f"the model stream failed: {message}", retryable=True
-    )

@@ -16,6 +16,7 @@ turn a failed exchange into a :class:`~sidecar.llm.model.ModelError` the same wa
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
@@ -173,6 +174,8 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             seconds = float(value)
         except ValueError:
             continue
+        if not math.isfinite(seconds) or seconds < 0:
+            continue  # "nan", "inf", "-1": no usable delay; the backoff decides
         return seconds / 1000 if name.endswith("-ms") else seconds
     return None
 

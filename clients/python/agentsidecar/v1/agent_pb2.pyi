@@ -42,6 +42,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_INVALID_ANSWER: _ClassVar[StopReason]
     STOP_REASON_BUDGET_ANSWERED: _ClassVar[StopReason]
     STOP_REASON_BUDGET_STOPPED: _ClassVar[StopReason]
+    STOP_REASON_REFUSED: _ClassVar[StopReason]
 
 class BudgetStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -109,6 +110,7 @@ STOP_REASON_INTERRUPTED: StopReason
 STOP_REASON_INVALID_ANSWER: StopReason
 STOP_REASON_BUDGET_ANSWERED: StopReason
 STOP_REASON_BUDGET_STOPPED: StopReason
+STOP_REASON_REFUSED: StopReason
 BUDGET_STAGE_UNSPECIFIED: BudgetStage
 BUDGET_STAGE_TOTAL: BudgetStage
 BUDGET_STAGE_MODEL: BudgetStage
@@ -161,16 +163,24 @@ class CreateSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "page_size", "page_token")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetSessionResponse(_message.Message):
-    __slots__ = ("session",)
+    __slots__ = ("session", "next_page_token", "total_turns")
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TURNS_FIELD_NUMBER: _ClassVar[int]
     session: Session
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+    next_page_token: str
+    total_turns: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., next_page_token: _Optional[str] = ..., total_turns: _Optional[int] = ...) -> None: ...
 
 class DeleteSessionRequest(_message.Message):
     __slots__ = ("session_id",)

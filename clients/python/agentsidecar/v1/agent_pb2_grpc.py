@@ -42,7 +42,11 @@ class AgentServiceStub:
     reasons; branch on the reason, never on the message:
 
     - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
-    google.rpc.BadRequest names each one.
+    google.rpc.BadRequest names each one. Ids (session, profile, call) are
+    1 to 128 characters of letters, digits and ._:@-, starting with a letter
+    or digit; docs/errors.md lists every limit.
+    - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
+    profile allows (ErrorInfo.metadata["limit"]).
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
@@ -119,7 +123,11 @@ class AgentServiceServicer:
     reasons; branch on the reason, never on the message:
 
     - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
-    google.rpc.BadRequest names each one.
+    google.rpc.BadRequest names each one. Ids (session, profile, call) are
+    1 to 128 characters of letters, digits and ._:@-, starting with a letter
+    or digit; docs/errors.md lists every limit.
+    - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
+    profile allows (ErrorInfo.metadata["limit"]).
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
@@ -257,7 +265,11 @@ class AgentService:
     reasons; branch on the reason, never on the message:
 
     - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
-    google.rpc.BadRequest names each one.
+    google.rpc.BadRequest names each one. Ids (session, profile, call) are
+    1 to 128 characters of letters, digits and ._:@-, starting with a letter
+    or digit; docs/errors.md lists every limit.
+    - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
+    profile allows (ErrorInfo.metadata["limit"]).
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
