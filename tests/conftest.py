@@ -15,10 +15,12 @@ fixture (a dict with ``sim`` and ``sidecar``), the simulator's faults reset firs
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from agentsidecar.client import AgentClient
 from sidecar.testing import start_process
@@ -31,6 +33,23 @@ from tests.support.pg import (
     server_binaries,
 )
 from tests.support.stack import SimControl, scripted_toolserver, sidecar, sidecar_config, simulator
+
+# Property-based suites: a fixed, bounded run in `make test` (derandomized: the same
+# examples every time), a long random one in `make fuzz`.
+settings.register_profile(
+    "ci",
+    max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "60")),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "3000")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
 TOOLS_100MS = {"tools": 0.1}

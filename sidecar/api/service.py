@@ -53,6 +53,9 @@ def _answers(
     return wrapped
 
 
+_OUTPUT_MODES = frozenset(agent_pb2.OutputMode.values())
+
+
 class _StreamSink:
     """Turns loop events into ``StreamRunResponse`` messages on a queue."""
 
@@ -200,6 +203,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
         try:
+            if request.output_mode not in _OUTPUT_MODES:
+                raise InvalidRequest.field("output_mode", "must be a value of OutputMode")
             turn = await self._agent.begin_turn(request.session_id, request.input)
         except Exception as exc:
             await _abort(context, exc)
