@@ -198,11 +198,12 @@ def _request_id(body: dict[str, Any], x_groq: Any) -> str | None:
 
 
 class _Call:
-    __slots__ = ("arguments", "id", "name", "provider_id")
+    __slots__ = ("arguments", "id", "index", "name", "provider_id")
 
     def __init__(self, provider_id: str | None) -> None:
         self.id = new_call_id()
         self.provider_id = provider_id
+        self.index: int | None = None
         self.name = ""
         self.arguments: list[str] = []
 
@@ -338,8 +339,15 @@ class StreamReader:
         """The call a fragment continues, or a new one (see the module docs)."""
         current = self._calls[-1] if self._calls else None
         if provider_id is not None:
+            # The same id continues a call, unless the fragment says otherwise: another
+            # index, or a name after whole arguments (a server repeating one id, or a
+            # model sending two calls under one id).
             call = self._by_id.get(provider_id)
-            if call is None:
+            if (
+                call is None
+                or (index is not None and call.index is not None and index != call.index)
+                or (name and call.complete())
+            ):
                 call = self._new(provider_id)
         elif index is not None and index in self._by_index:
             call = self._by_index[index]
@@ -353,6 +361,8 @@ class StreamReader:
             call = current
         if index is not None:
             self._by_index[index] = call
+            if call.index is None:
+                call.index = index
         return call
 
     def _new(self, provider_id: str | None) -> _Call:

@@ -501,3 +501,67 @@ def test_malformed_streams_are_one_error(lines: list[bytes]) -> None:
     with pytest.raises(ModelUnavailable) as info:
         read(lines)
     assert info.value.code == BAD_RESPONSE
+
+
+def test_two_calls_under_one_id_stay_two_calls() -> None:
+    # A model (or a server) reusing an id: the index, or a name after whole arguments,
+    # says a new call began.
+    by_index = read(
+        frames(
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "same",
+                                    "function": {"name": "refund", "arguments": '{"order":"a"}'},
+                                },
+                                {
+                                    "index": 1,
+                                    "id": "same",
+                                    "function": {"name": "refund", "arguments": '{"order":"b"}'},
+                                },
+                            ]
+                        }
+                    }
+                ]
+            }
+        )
+    )
+    by_name = read(
+        frames(
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "id": "same",
+                                    "function": {"name": "refund", "arguments": '{"order":"a"}'},
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "id": "same",
+                                    "function": {"name": "refund", "arguments": '{"order":"b"}'},
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+        )
+    )
+    for response in (by_index, by_name):
+        assert [c.arguments for c in response.tool_calls] == ['{"order":"a"}', '{"order":"b"}']
+        assert len({c.id for c in response.tool_calls}) == 2

@@ -141,6 +141,7 @@ class ScriptedTools(tool_pb2_grpc.ToolServiceServicer):
             rows = [f"{args['tag']} row {i:05d} " + "x" * 40 for i in range(args["size"] // 56)]
             result.output = orjson.dumps({"tag": args["tag"], "rows": rows}).decode()
         elif name == "refund":
+            self.order.append(f"refund {args['order']}")
             result.output = f"refunded {args['order']}"
         elif name == "stats":
             result.output = orjson.dumps(
