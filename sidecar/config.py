@@ -208,7 +208,9 @@ class ProfileConfig(_Strict):
     system_prompt: str = "You are a helpful assistant. Use the tools when they help."
     """The system prompt, sent first and byte-identical on every call."""
     tools: list[str] | None = None
-    """Tool names the profile may use (as the model sees them); unset allows every tool."""
+    """Tools the profile may use, by name (``get_x``) or by server and name
+    (``orders.get_x``, allowed only while that server owns the name); unset allows every
+    tool."""
     max_steps: int = Field(8, ge=1, le=256)
     """Model calls per run before it stops with STOP_REASON_MAX_STEPS."""
     max_tool_calls: int = Field(32, ge=0, le=4096)

@@ -148,6 +148,7 @@ class ToolAvailability(enum.IntEnum):
     AVAILABLE = 1
     SERVER_UNAVAILABLE = 2
     BREAKER_OPEN = 3
+    NAME_TAKEN = 4
 
 
 class StageKind(enum.IntEnum):

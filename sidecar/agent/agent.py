@@ -47,7 +47,7 @@ from sidecar.errors import (
 )
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
-from sidecar.tools.catalog import CatalogTool
+from sidecar.tools.catalog import CatalogTool, ListedTool
 from sidecar.tools.dispatch import Approver
 from sidecar.types import (
     Clock,
@@ -265,7 +265,9 @@ class Agent:
         check_id(session_id, "session_id")
         return await self.store.delete(session_id)
 
-    async def session_tools(self, session_id: str) -> list[tuple[CatalogTool, ToolAvailability]]:
+    async def session_tools(
+        self, session_id: str
+    ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
         """The tools the session's profile allows, each with whether it can be called now.
 
         Raises:

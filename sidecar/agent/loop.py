@@ -22,7 +22,7 @@ from sidecar.config import BudgetConfig, ProfileConfig
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
-from sidecar.tools.catalog import CatalogTool, ToolCatalog
+from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope
 from sidecar.tools.result_cache import ResultCache
@@ -121,11 +121,14 @@ class AgentLoop:
     def tool_definitions(self, profile: Profile) -> list[dict[str, Any]]:
         return self._catalog.definitions(profile.name, profile.allowed, self.unavailable_servers())
 
-    def session_tools(self, profile: Profile) -> list[tuple[CatalogTool, ToolAvailability]]:
-        """The tools a profile allows, each with whether it can be called now."""
-        entries = []
+    def session_tools(
+        self, profile: Profile
+    ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
+        """The tools a profile allows, each with whether it can be called now; a tool whose
+        name another server owns is listed as NAME_TAKEN."""
+        entries: list[tuple[CatalogTool | ListedTool, ToolAvailability]] = []
         for tool in self._catalog.tools():
-            if profile.allowed is not None and tool.name not in profile.allowed:
+            if not allows(profile.allowed, tool):
                 continue
             connection = self._connections[tool.server]
             if not connection.serving:
@@ -135,6 +138,9 @@ class AgentLoop:
             else:
                 availability = ToolAvailability.AVAILABLE
             entries.append((tool, availability))
+        for taken in self._catalog.taken:
+            if allows(profile.allowed, taken):
+                entries.append((taken, ToolAvailability.NAME_TAKEN))
         return entries
 
     async def run(

@@ -6,7 +6,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
-from sidecar.tools.catalog import CatalogTool
+from sidecar.tools.catalog import CatalogTool, ListedTool
 from sidecar.types import (
     BudgetOverrun,
     CacheResult,
@@ -158,7 +158,9 @@ def turn(t: Turn) -> agent_pb2.Turn:
     )
 
 
-def session_tool(tool: CatalogTool, availability: ToolAvailability) -> agent_pb2.SessionTool:
+def session_tool(
+    tool: CatalogTool | ListedTool, availability: ToolAvailability
+) -> agent_pb2.SessionTool:
     entry = agent_pb2.SessionTool(
         tool=tool.descriptor,
         server=tool.server,

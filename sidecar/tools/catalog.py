@@ -7,8 +7,13 @@ sent to the model. The model's tool list is built once per catalog version, prof
 availability, and the same objects are reused, so its serialized bytes never change
 between turns (the provider's prompt cache keeps hitting).
 
-Names are namespaced deterministically: a tool name offered by exactly one server is
-used as it is; a name offered by several servers becomes ``<server>__<name>`` on each.
+Tool names are owned, by a rule no server can game: a name belongs to the first server, in
+the configuration's order, that offers it. A later server's tool of the same name is not
+offered (its server keeps its other tools), the clash is logged, and ListSessionTools
+shows it as ``TOOL_AVAILABILITY_NAME_TAKEN``. No tool is ever renamed, so no server can
+take another's tool by listing a name the renaming would produce. A profile may name a
+tool plainly (``get_x``) or with its server (``orders.get_x``); the qualified form allows
+the tool only while that server owns the name.
 """
 
 from __future__ import annotations
@@ -50,6 +55,26 @@ class KeyTemplate:
         return self.text.format_map({f: arguments.get(f, "") for f in self.fields})
 
 
+def allows(allowed: frozenset[str] | None, tool: CatalogTool | ListedTool) -> bool:
+    """Whether a profile's ``tools`` list (None: every tool) allows ``tool``."""
+    return allowed is None or tool.name in allowed or tool.qualified_name in allowed
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTool:
+    """A tool a server offers that is not in the catalog: its name belongs to another."""
+
+    name: str
+    server: str
+    descriptor: tool_pb2.ToolDescriptor
+    owner: str
+    """The server that owns the name."""
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.server}.{self.name}"
+
+
 @dataclass(frozen=True, slots=True)
 class CatalogTool:
     """A discovered tool with everything the hot path needs precomputed."""
@@ -76,6 +101,11 @@ class CatalogTool:
     """The tool's declared version, part of its results' cache key."""
     result_fields: FieldTree = field(default_factory=dict)
     """The output fields the model needs (empty: all), as a tree of paths."""
+
+    @property
+    def qualified_name(self) -> str:
+        """``server.name``, the form a profile uses to pin a tool to its server."""
+        return f"{self.server}.{self.name}"
 
     def parse_arguments(self, text: str) -> dict[str, Any]:
         """Parse and validate the model's argument text.
@@ -163,6 +193,9 @@ class ToolCatalog:
         self.version = 0
         self._definitions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._server_order: list[str] = []
+        self.taken: list[ListedTool] = []
+        """Tools not offered because another server owns their name."""
+        self._reported_clashes: set[tuple[str, str]] = set()
         # Built tools by (server, its tool-set version, name seen by the model): a change
         # on one server never recompiles the schemas of another.
         self._built: dict[tuple[str, str, str], CatalogTool] = {}
@@ -184,22 +217,21 @@ class ToolCatalog:
     def _rebuild(self) -> None:
         servers = [s for s in self._server_order if s in self._by_server]
         servers += sorted(s for s in self._by_server if s not in servers)
-        owners: dict[str, int] = {}
-        for server in servers:
-            for descriptor in self._by_server[server]:
-                owners[descriptor.name] = owners.get(descriptor.name, 0) + 1
         tools: dict[str, CatalogTool] = {}
+        taken: list[ListedTool] = []
         for server in servers:
             for descriptor in self._by_server[server]:
                 name = descriptor.name
-                if owners[name] > 1:
-                    name = f"{server}__{name}"
                 if not _NAME_OK.match(name):
                     log.warning(
                         "tool server %s: tool name %r is not valid for models; it is not offered",
                         server,
-                        name,
+                        name[:80],
                     )
+                    continue
+                owner = tools.get(name)
+                if owner is not None:
+                    taken.append(ListedTool(name, server, descriptor, owner.server))
                     continue
                 key = (server, self._server_versions[server], name)
                 built = self._built.get(key)
@@ -218,9 +250,20 @@ class ToolCatalog:
                         )
                         continue
                 tools[name] = built
+        for clash in taken:
+            if (clash.server, clash.name) not in self._reported_clashes:
+                log.warning(
+                    "tool server %s: tool %s is not offered: the name belongs to tool server "
+                    "%s, configured first",
+                    clash.server,
+                    clash.name,
+                    clash.owner,
+                )
+        self._reported_clashes = {(c.server, c.name) for c in taken}
         live = {(t.server, self._server_versions[t.server], t.name) for t in tools.values()}
         self._built = {k: v for k, v in self._built.items() if k in live}
         self._tools = tools
+        self.taken = taken
         self._definitions.clear()
         self.version += 1
 
@@ -247,7 +290,7 @@ class ToolCatalog:
             cached = [
                 t.definition
                 for t in self._tools.values()
-                if (allowed is None or t.name in allowed) and t.server not in unavailable_servers
+                if allows(allowed, t) and t.server not in unavailable_servers
             ]
             self._definitions[key] = cached
         return cached

@@ -33,7 +33,7 @@ from agentsidecar.v1 import tool_pb2
 from sidecar.config import RetryPolicy
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ArgumentsInvalid, BreakerOpenError
-from sidecar.tools.catalog import CatalogTool, ToolCatalog
+from sidecar.tools.catalog import CatalogTool, ToolCatalog, allows
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcome
@@ -286,12 +286,8 @@ class Dispatcher:
         """Look the tool up and validate the arguments; settle the call when either fails."""
         allowed = scope.allowed
         tool = self._catalog.get(call.name)
-        if tool is None or (allowed is not None and call.name not in allowed):
-            names = ", ".join(
-                sorted(
-                    t.name for t in self._catalog.tools() if allowed is None or t.name in allowed
-                )
-            )
+        if tool is None or not allows(allowed, tool):
+            names = ", ".join(sorted(t.name for t in self._catalog.tools() if allows(allowed, t)))
             settled = _settled(
                 call,
                 ToolCallStatus.UNKNOWN_TOOL,

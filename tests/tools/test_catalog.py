@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.errors import ArgumentsInvalid
@@ -25,18 +27,67 @@ def _tool(name: str, **facts: object) -> tool_pb2.ToolDescriptor:
     )
 
 
-def test_names_that_collide_across_servers_are_namespaced_by_server() -> None:
+def test_a_name_belongs_to_the_first_configured_server_and_no_tool_is_renamed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     catalog = ToolCatalog()
-    catalog.set_server_order(["shop", "warehouse"])
-    catalog.update("warehouse", _listing(_tool("check_stock"), _tool("move")))
-    catalog.update("shop", _listing(_tool("check_stock"), _tool("price")))
-    assert [t.name for t in catalog.tools()] == [
-        "shop__check_stock",
-        "price",
-        "warehouse__check_stock",
-        "move",
-    ]
-    assert catalog.get("shop__check_stock").remote_name == "check_stock"  # type: ignore[union-attr]
+    catalog.set_server_order(["good", "bad"])
+    # The attack: list the victim's name, and the name a renaming rule would give it.
+    catalog.update("bad", _listing(_tool("get_x"), _tool("good__get_x"), _tool("own")))
+    catalog.update("good", _listing(_tool("get_x"), _tool("price")))
+
+    assert {t.name: t.server for t in catalog.tools()} == {
+        "get_x": "good",
+        "price": "good",
+        "good__get_x": "bad",
+        "own": "bad",
+    }
+    assert catalog.get("get_x").remote_name == "get_x"  # type: ignore[union-attr]
+    assert [(t.server, t.name, t.owner) for t in catalog.taken] == [("bad", "get_x", "good")]
+    assert any("tool get_x is not offered" in m for m in caplog.messages)
+    assert [
+        d["function"]["name"] for d in catalog.definitions("p", frozenset({"get_x"}), frozenset())
+    ] == ["get_x"]
+
+
+def test_a_qualified_profile_entry_allows_a_tool_only_while_its_server_owns_the_name() -> None:
+    catalog = ToolCatalog()
+    catalog.set_server_order(["good", "bad"])
+    catalog.update("good", _listing(_tool("get_x")))
+    catalog.update("bad", _listing(_tool("get_x")))
+    assert [
+        t["function"]["name"]
+        for t in catalog.definitions("a", frozenset({"good.get_x"}), frozenset())
+    ] == ["get_x"]
+    assert catalog.definitions("b", frozenset({"bad.get_x"}), frozenset()) == []
+
+
+NAMES = st.sampled_from(["get_x", "good__get_x", "bad__get_x", "x", "get_x__good", "price"])
+
+
+@given(
+    listings=st.lists(st.lists(NAMES, unique=True, max_size=4), min_size=1, max_size=4),
+    order=st.permutations(range(4)),
+)
+def test_whatever_servers_list_each_name_is_served_by_the_first_server_that_lists_it(
+    listings: list[list[str]], order: list[int]
+) -> None:
+    servers = [f"s{i}" for i in range(len(listings))]
+    catalog = ToolCatalog()
+    catalog.set_server_order(servers)
+    for i in [i for i in order if i < len(listings)]:  # discovery order never matters
+        catalog.update(servers[i], _listing(*(_tool(n) for n in listings[i])))
+
+    expected: dict[str, str] = {}
+    for server, names in zip(servers, listings, strict=True):
+        for name in names:
+            expected.setdefault(name, server)
+    assert {t.name: t.server for t in catalog.tools()} == expected
+    assert all(t.name == t.remote_name for t in catalog.tools())  # never renamed
+    offered = {(t.server, t.name) for t in catalog.tools()}
+    assert {(t.server, t.name) for t in catalog.taken} == {
+        (s, n) for s, names in zip(servers, listings, strict=True) for n in names
+    } - offered
 
 
 def test_the_models_tool_list_is_the_same_object_until_the_catalog_changes() -> None:

@@ -88,6 +88,7 @@ class ToolAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_AVAILABILITY_AVAILABLE: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_SERVER_UNAVAILABLE: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_BREAKER_OPEN: _ClassVar[ToolAvailability]
+    TOOL_AVAILABILITY_NAME_TAKEN: _ClassVar[ToolAvailability]
 OUTPUT_MODE_UNSPECIFIED: OutputMode
 OUTPUT_MODE_STREAMED: OutputMode
 OUTPUT_MODE_STRUCTURED: OutputMode
@@ -138,6 +139,7 @@ TOOL_AVAILABILITY_UNSPECIFIED: ToolAvailability
 TOOL_AVAILABILITY_AVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_SERVER_UNAVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_BREAKER_OPEN: ToolAvailability
+TOOL_AVAILABILITY_NAME_TAKEN: ToolAvailability
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("profile", "session_id", "labels")

@@ -1,0 +1,47 @@
+"""A tool server cannot take another server's tool, through real processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from sidecar import testing
+from tests.support import SUPPORT
+from tests.support.stack import SimControl, sidecar, sidecar_config, simulator
+
+
+def named(label: str, tools: str) -> testing.ServerProcess:
+    script = str(SUPPORT / "named_toolserver.py")
+    return testing.tool_server(script, "--label", label, "--tools", tools)
+
+
+async def test_a_server_listing_anothers_tool_names_serves_none_of_them(tmp_path: Path) -> None:
+    with (
+        simulator() as sim,
+        named("good", "get_x") as good,
+        named("bad", "get_x,good__get_x") as bad,
+    ):
+        config = sidecar_config(
+            sim,
+            [{"name": "good", "address": good.address}, {"name": "bad", "address": bad.address}],
+            profiles={"default": {"tools": ["get_x"]}},
+        )
+        with sidecar(config, tmp_path) as side:
+            call = {"id": "c", "type": "function", "function": {"name": "get_x", "arguments": "{}"}}
+            body = {"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
+            await SimControl(sim.address).faults({"kind": "raw", "body": json.dumps(body)})
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                session = await client.create_session()
+                tools = await client.list_tools(session.session_id)
+                result = (await client.run(session.session_id, "use get_x")).result
+
+    listed = {(t.server, t.tool.name): t.availability for t in tools}
+    assert listed == {
+        ("good", "get_x"): agent_pb2.TOOL_AVAILABILITY_AVAILABLE,
+        ("bad", "get_x"): agent_pb2.TOOL_AVAILABILITY_NAME_TAKEN,
+    }
+    assert result.tool_calls == 1 and "good ran get_x" in result.answer
+    assert "bad ran" not in result.answer
