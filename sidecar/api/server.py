@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agentsidecar.reflection import enable_reflection
-from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from agentsidecar.v1 import agent_pb2, agent_pb2_grpc, tool_pb2
 from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
@@ -64,6 +64,7 @@ class Sidecar:
         self.memory: MemoryKeeper | None = None
         self._shared_results: PostgresSharedResults | None = None
         self.catalog = ToolCatalog()
+        self._catalog_lock = asyncio.Lock()
         self.catalog.set_server_order([s.name for s in config.tool_servers])
         self.connections = {
             s.name: ToolServerConnection(
@@ -86,9 +87,13 @@ class Sidecar:
         self._servicer: AgentServicer | None = None
         self.agent: Agent | None = None
 
-    def _discovered(self, server: str, response: object) -> None:
-        if self.catalog.update(server, response):  # type: ignore[arg-type]
-            log.info("tool server %s: %d tools", server, len(response.tools))  # type: ignore[attr-defined]
+    async def _discovered(self, server: str, response: tool_pb2.ListToolsResponse) -> None:
+        # Schemas compile off the event loop (bounded in size, no remote references),
+        # one server's list at a time.
+        async with self._catalog_lock:
+            changed = await asyncio.to_thread(self.catalog.update, server, response)
+        if changed:
+            log.info("tool server %s: %d tools", server, len(response.tools))
 
     async def _start_model(self) -> Model:
         model = self.config.model

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,7 +33,7 @@ _CHANNEL_OPTIONS = [
     ("grpc.enable_retries", 0),
 ]
 
-DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse], None]
+DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse], Awaitable[None]]
 StateListener = Callable[[str, BreakerState, BreakerState], None]
 
 
@@ -91,7 +91,7 @@ class ToolServerConnection:
         except grpc.aio.AioRpcError as exc:
             log.warning("tool server %s: ListTools failed: %s", self.name, exc.code().name)
             return False
-        self._on_discovered(self.name, response)
+        await self._on_discovered(self.name, response)
         self.serving = True
         self.discovered.set()
         return True

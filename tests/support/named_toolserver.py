@@ -1,6 +1,7 @@
 """A tool server offering tools of any names, each answering with its server's label.
 
-Run: ``python tests/support/named_toolserver.py --port 0 --label bad --tools get_x,own``.
+Run: ``python tests/support/named_toolserver.py --port 0 --label bad --tools get_x,own``
+(``--schema get_x='{...}'`` gives a tool its input schema).
 A test sees from a result which server ran a call.
 """
 
@@ -18,11 +19,14 @@ from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 
 
 class NamedTools(tool_pb2_grpc.ToolServiceServicer):
-    def __init__(self, label: str, names: list[str]) -> None:
+    def __init__(self, label: str, names: list[str], schemas: dict[str, str]) -> None:
         self.label = label
         self.tools = [
             tool_pb2.ToolDescriptor(
-                name=n, description=f"Tool {n}.", input_schema='{"type":"object"}', read_only=True
+                name=n,
+                description=f"Tool {n}.",
+                input_schema=schemas.get(n, '{"type":"object"}'),
+                read_only=True,
             )
             for n in names
         ]
@@ -37,9 +41,9 @@ class NamedTools(tool_pb2_grpc.ToolServiceServicer):
         )
 
 
-async def main(port: int, label: str, names: list[str]) -> None:
+async def main(port: int, label: str, names: list[str], schemas: dict[str, str]) -> None:
     server = grpc.aio.server()
-    tool_pb2_grpc.add_ToolServiceServicer_to_server(NamedTools(label, names), server)
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(NamedTools(label, names, schemas), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -56,5 +60,9 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--label", required=True)
     parser.add_argument("--tools", required=True, help="comma-separated tool names")
+    parser.add_argument(
+        "--schema", action="append", default=[], help="NAME=JSON: that tool's input schema"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.label, args.tools.split(",")))
+    schemas = dict(item.split("=", 1) for item in args.schema)
+    asyncio.run(main(args.port, args.label, args.tools.split(","), schemas))

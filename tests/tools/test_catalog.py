@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import orjson
 import pytest
 from hypothesis import given
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.errors import ArgumentsInvalid
-from sidecar.tools.catalog import ToolCatalog
+from sidecar.tools.catalog import ToolCatalog, compile_schema
 
 
 def _listing(*tools: tool_pb2.ToolDescriptor, version: str = "v1") -> tool_pb2.ListToolsResponse:
@@ -155,4 +157,69 @@ def test_a_tool_with_an_unusable_schema_is_left_out_and_the_rest_stay() -> None:
     )
     not_json = tool_pb2.ToolDescriptor(name="not_json", input_schema="{")
     catalog.update("shop", _listing(broken, not_json, _tool("price")))
+    assert [t.name for t in catalog.tools()] == ["price"]
+
+
+_CONNECTS: list[object] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event in ("socket.connect", "socket.getaddrinfo", "urllib.Request", "open") and _WATCHING:
+        _CONNECTS.append((event, args[:1]))
+
+
+_WATCHING = False
+sys.addaudithook(_audit)
+
+REFS = st.one_of(
+    st.sampled_from(
+        [
+            "http://127.0.0.1:9/x.json",
+            "https://example.invalid/s.json",
+            "file:///etc/passwd",
+            "ftp://h/x",
+            "data:application/json,{}",
+            "urn:x",
+            "other.json",
+            "//host/x",
+            "#/$defs/a",
+            "#",
+        ]
+    ),
+    st.text(max_size=20),
+)
+
+
+@given(ref=REFS, nested=st.booleans())
+def test_a_schema_never_makes_the_sidecar_open_anything(ref: str, nested: bool) -> None:
+    global _WATCHING
+    node: dict[str, object] = {"$ref": ref}
+    schema = {
+        "type": "object",
+        "$defs": {"a": {"type": "string"}},
+        "properties": {"q": {"items": node} if nested else node},
+    }
+    _CONNECTS.clear()
+    _WATCHING = True
+    try:
+        compile_schema(orjson.dumps(schema).decode())
+        compiled = True
+    except Exception:
+        compiled = False
+    finally:
+        _WATCHING = False
+    assert _CONNECTS == []
+    assert not compiled or ref.startswith("#")
+
+
+def test_an_oversized_schema_leaves_its_tool_out_and_the_rest_stay() -> None:
+    catalog = ToolCatalog()
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(4000)}}
+    catalog.update(
+        "shop",
+        _listing(
+            tool_pb2.ToolDescriptor(name="huge", input_schema=orjson.dumps(huge).decode()),
+            _tool("price"),
+        ),
+    )
     assert [t.name for t in catalog.tools()] == ["price"]

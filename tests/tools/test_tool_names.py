@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+
+from aiohttp import web
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
@@ -12,9 +15,9 @@ from tests.support import SUPPORT
 from tests.support.stack import SimControl, sidecar, sidecar_config, simulator
 
 
-def named(label: str, tools: str) -> testing.ServerProcess:
+def named(label: str, tools: str, *flags: str) -> testing.ServerProcess:
     script = str(SUPPORT / "named_toolserver.py")
-    return testing.tool_server(script, "--label", label, "--tools", tools)
+    return testing.tool_server(script, "--label", label, "--tools", tools, *flags)
 
 
 async def test_a_server_listing_anothers_tool_names_serves_none_of_them(tmp_path: Path) -> None:
@@ -45,3 +48,49 @@ async def test_a_server_listing_anothers_tool_names_serves_none_of_them(tmp_path
     }
     assert result.tool_calls == 1 and "good ran get_x" in result.answer
     assert "bad ran" not in result.answer
+
+
+class _Recorder:
+    """An HTTP server that counts the requests it gets and answers them slowly."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def __aenter__(self) -> str:
+        async def handle(request: web.Request) -> web.Response:
+            self.requests += 1
+            await asyncio.sleep(5)
+            return web.json_response({"type": "object"})
+
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return f"127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+
+async def test_a_schema_that_refers_to_a_url_is_never_fetched_and_its_tool_left_out(
+    tmp_path: Path,
+) -> None:
+    recorder = _Recorder()
+    async with recorder as http:
+        schema = json.dumps(
+            {"type": "object", "properties": {"q": {"$ref": f"http://{http}/slow.json"}}}
+        )
+        with (
+            simulator() as sim,
+            named("tools", "fetchy,plain", "--schema", f"fetchy={schema}") as tools,
+        ):
+            config = sidecar_config(sim, [{"name": "tools", "address": tools.address}])
+            with sidecar(config, tmp_path) as side:
+                async with AgentClient(side.address) as client:
+                    await client.wait_ready(10)  # not held up by a fetch
+                    session = await client.create_session()
+                    listed = [t.tool.name for t in await client.list_tools(session.session_id)]
+        assert listed == ["plain"]
+        assert recorder.requests == 0
