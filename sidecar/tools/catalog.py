@@ -18,9 +18,9 @@ the tool only while that server owns the name.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
-import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,25 +34,77 @@ from sidecar.errors import ArgumentsInvalid
 
 log = logging.getLogger(__name__)
 
-_FORMATTER = string.Formatter()
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*")
+MAX_KEY_TEMPLATE = 256
+_MAX_KEY_VALUE = 128  # longer argument values enter a key as their digest
 
 
 @dataclass(frozen=True, slots=True)
 class KeyTemplate:
-    """A resource key such as ``sku:{sku}``; placeholders name top-level arguments."""
+    """A resource key such as ``sku:{sku}`` or ``order:{order.id}``: literal text and
+    placeholders that name argument paths (names separated by dots; a number indexes a
+    list). Nothing else: no format specs, no attributes, no braces of their own. A value
+    enters the key as its text (a string as it is, anything else as canonical JSON); a
+    value longer than 128 characters enters as its SHA-256, so a key stays small."""
 
     text: str
-    fields: tuple[str, ...]
+    parts: tuple[str | tuple[str, ...], ...]
+    """Literal text, or a placeholder's path."""
 
     @classmethod
     def parse(cls, text: str) -> KeyTemplate:
-        fields = tuple(name for _, name, _, _ in _FORMATTER.parse(text) if name)
-        return cls(text, fields)
+        """Raises:
+        ValueError: the template is too long, has a stray brace, or a placeholder that
+            is not an argument path."""
+        if len(text) > MAX_KEY_TEMPLATE:
+            raise ValueError(f"it is {len(text)} characters; at most {MAX_KEY_TEMPLATE}")
+        parts: list[str | tuple[str, ...]] = []
+        at = 0
+        for match in _PLACEHOLDER.finditer(text):
+            literal = text[at : match.start()]
+            path = match.group(1)
+            if not _PATH.fullmatch(path):
+                raise ValueError(f"{{{path[:40]}}} is not an argument path (name.name...)")
+            if literal:
+                parts.append(literal)
+            parts.append(tuple(path.split(".")))
+            at = match.end()
+        rest = text[at:]
+        if rest:
+            parts.append(rest)
+        if any(isinstance(p, str) and ("{" in p or "}" in p) for p in parts):
+            raise ValueError("it has a brace outside a placeholder")
+        return cls(text, tuple(parts))
 
     def resolve(self, arguments: Mapping[str, Any]) -> str:
-        if not self.fields:
-            return self.text
-        return self.text.format_map({f: arguments.get(f, "") for f in self.fields})
+        """The key for a call with these (validated) arguments; a missing path is empty."""
+        out = []
+        for part in self.parts:
+            out.append(part if isinstance(part, str) else _key_value(arguments, part))
+        return "".join(out)
+
+
+def _key_value(arguments: Mapping[str, Any], path: tuple[str, ...]) -> str:
+    value: Any = arguments
+    for name in path:
+        if isinstance(value, dict):
+            value = value.get(name)
+        elif isinstance(value, list) and name.isdigit() and int(name) < len(value):
+            value = value[int(name)]
+        else:
+            return ""
+    if value is None:
+        return ""
+    text = (
+        value
+        if isinstance(value, str)
+        else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    )
+    if len(text) > _MAX_KEY_VALUE:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return text
 
 
 def allows(allowed: frozenset[str] | None, tool: CatalogTool | ListedTool) -> bool:
@@ -226,8 +278,21 @@ def compile_schema(text: str) -> tuple[dict[str, Any], Callable[[Any], Any]]:
     return schema, validate
 
 
+def _templates(texts: Sequence[str]) -> tuple[KeyTemplate, ...]:
+    out = []
+    for text in texts:
+        try:
+            out.append(KeyTemplate.parse(text))
+        except ValueError as exc:
+            raise ValueError(f"resource key template {text[:80]!r} is invalid: {exc}") from None
+    return tuple(out)
+
+
 def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> CatalogTool:
-    schema, validate = compile_schema(descriptor.input_schema)
+    try:
+        schema, validate = compile_schema(descriptor.input_schema)
+    except ValueError as exc:
+        raise ValueError(f"its input schema is unusable: {exc}") from None
     definition = {
         "type": "function",
         "function": {"name": name, "description": descriptor.description, "parameters": schema},
@@ -244,8 +309,8 @@ def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> Catal
         timeout=_seconds(descriptor.default_timeout)
         if descriptor.HasField("default_timeout")
         else None,
-        read_keys=tuple(KeyTemplate.parse(k) for k in descriptor.read_keys),
-        write_keys=tuple(KeyTemplate.parse(k) for k in descriptor.write_keys),
+        read_keys=_templates(descriptor.read_keys),
+        write_keys=_templates(descriptor.write_keys),
         definition=definition,
         _validate=validate,
         cache_ttl=_seconds(descriptor.cache_ttl) if descriptor.HasField("cache_ttl") else None,
@@ -310,14 +375,15 @@ class ToolCatalog:
                     try:
                         built = self._built[key] = _build(name, server, descriptor)
                     except Exception as exc:
-                        # However a third-party schema fails to parse or compile, one broken
-                        # descriptor must not take the server's other tools down.
+                        # However a third-party descriptor fails to parse or compile, one
+                        # broken tool must not take the server's other tools down.
                         log.warning(
-                            "tool server %s: tool %s has an unusable input schema (%s); "
-                            "it is not offered",
+                            "tool server %s: tool %s is not offered: %s",
                             server,
                             descriptor.name,
-                            exc,
+                            exc
+                            if isinstance(exc, ValueError)
+                            else f"unusable input schema ({exc})",
                         )
                         continue
                 tools[name] = built

@@ -19,14 +19,17 @@ from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 
 
 class NamedTools(tool_pb2_grpc.ToolServiceServicer):
-    def __init__(self, label: str, names: list[str], schemas: dict[str, str]) -> None:
+    def __init__(
+        self, label: str, names: list[str], schemas: dict[str, str], keys: dict[str, str]
+    ) -> None:
         self.label = label
         self.tools = [
             tool_pb2.ToolDescriptor(
                 name=n,
                 description=f"Tool {n}.",
                 input_schema=schemas.get(n, '{"type":"object"}'),
-                read_only=True,
+                read_only=n not in keys,
+                write_keys=[keys[n]] if n in keys else [],
             )
             for n in names
         ]
@@ -41,9 +44,12 @@ class NamedTools(tool_pb2_grpc.ToolServiceServicer):
         )
 
 
-async def main(port: int, label: str, names: list[str], schemas: dict[str, str]) -> None:
+async def main(
+    port: int, label: str, names: list[str], schemas: dict[str, str], keys: dict[str, str]
+) -> None:
     server = grpc.aio.server()
-    tool_pb2_grpc.add_ToolServiceServicer_to_server(NamedTools(label, names, schemas), server)
+    tools = NamedTools(label, names, schemas, keys)
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(tools, server)
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -63,6 +69,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--schema", action="append", default=[], help="NAME=JSON: that tool's input schema"
     )
+    parser.add_argument(
+        "--write-key", action="append", default=[], help="NAME=TEMPLATE: that tool's write key"
+    )
     args = parser.parse_args()
     schemas = dict(item.split("=", 1) for item in args.schema)
-    asyncio.run(main(args.port, args.label, args.tools.split(","), schemas))
+    keys = dict(item.split("=", 1) for item in args.write_key)
+    asyncio.run(main(args.port, args.label, args.tools.split(","), schemas, keys))

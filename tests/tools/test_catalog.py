@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.errors import ArgumentsInvalid
-from sidecar.tools.catalog import ToolCatalog, compile_schema
+from sidecar.tools.catalog import KeyTemplate, ToolCatalog, compile_schema
 
 
 def _listing(*tools: tool_pb2.ToolDescriptor, version: str = "v1") -> tool_pb2.ListToolsResponse:
@@ -223,3 +223,51 @@ def test_an_oversized_schema_leaves_its_tool_out_and_the_rest_stay() -> None:
         ),
     )
     assert [t.name for t in catalog.tools()] == ["price"]
+
+
+def test_key_templates_name_argument_paths_and_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    catalog = ToolCatalog()
+    catalog.update(
+        "shop",
+        _listing(
+            _tool("nested", write_keys=["order:{order.id}", "line:{lines.0}"]),
+            _tool("attr", write_keys=["x:{sku.__class__}"]),
+            _tool("format_spec", write_keys=["x:{sku:>400000000}"]),
+            _tool("index", write_keys=["x:{sku[0]}"]),
+            _tool("brace", write_keys=["x:{sku}}"]),
+            version="v2",
+        ),
+    )
+    nested = catalog.get("nested")
+    assert nested is not None
+    assert nested.resource_keys({"order": {"id": 7}, "lines": ["a"]})[1] == {"order:7", "line:a"}
+    attr = catalog.get("attr")  # a path of names: looked up as keys, never as attributes
+    assert attr is not None and attr.resource_keys({"sku": "s"})[1] == {"x:"}
+    assert {t.name for t in catalog.tools()} == {"nested", "attr"}
+    assert sum("resource key template" in m for m in caplog.messages) == 3
+
+
+TEMPLATE_TEXT = st.text(alphabet="ab{}.:_0>[]!%", max_size=24)
+ARGUMENTS = st.dictionaries(
+    st.sampled_from(["a", "b", "_", "a0"]),
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=300) | st.booleans(),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), c),
+        max_leaves=8,
+    ),
+)
+
+
+@given(template=TEMPLATE_TEXT, arguments=ARGUMENTS)
+def test_any_template_is_refused_or_yields_a_small_key_for_any_arguments(
+    template: str, arguments: dict[str, object]
+) -> None:
+    try:
+        parsed = KeyTemplate.parse(template)
+    except ValueError:
+        return
+    key = parsed.resolve(arguments)
+    assert isinstance(key, str)
+    assert len(key) <= len(template) + 128 * template.count("{")

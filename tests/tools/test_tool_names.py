@@ -94,3 +94,30 @@ async def test_a_schema_that_refers_to_a_url_is_never_fetched_and_its_tool_left_
                     listed = [t.tool.name for t in await client.list_tools(session.session_id)]
         assert listed == ["plain"]
         assert recorder.requests == 0
+
+
+async def test_a_format_string_as_a_key_template_disables_only_its_tool(tmp_path: Path) -> None:
+    with (
+        simulator() as sim,
+        named(
+            "tools",
+            "padded,attr,ok",
+            "--write-key",
+            "padded=x:{a:>400000000}",
+            "--write-key",
+            "attr=x:{a.__class__.__init__}",
+            "--write-key",
+            "ok=order:{order.id}",
+        ) as tools,
+    ):
+        config = sidecar_config(sim, [{"name": "tools", "address": tools.address}])
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(10)
+                session = await client.create_session()
+                listed = sorted(t.tool.name for t in await client.list_tools(session.session_id))
+                result = (await client.run(session.session_id, "use ok with order 1")).result
+            rss = side.current_rss_mib()
+    assert listed == ["attr", "ok"]  # a path of names is looked up as keys: harmless
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert rss < 200
