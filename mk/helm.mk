@@ -27,9 +27,12 @@ HADOLINT_VENV := .tools/hadolint/$(HADOLINT_VERSION)
 HADOLINT := $(HADOLINT_VENV)/bin/hadolint
 HELM_K8S_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
 
+CLIENT_GEN += gen-helm
+CLIENT_CHECK += check-helm
 CLIENT_TEST += test-helm
 
-.PHONY: test-helm lint-helm helm-tools helm-path etcd image-constraints
+.PHONY: test-helm lint-helm gen-helm check-helm helm-tools helm-tools-env helm-path etcd \
+	image-constraints
 
 # helm's own Makefile sets these; `go install` alone reports "v3.22" and renders for
 # Kubernetes v1.20 by default.
@@ -71,7 +74,34 @@ etcd:
 		exit 1; \
 	fi
 
-helm-tools: $(HELM) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_VALIDATE) etcd
+## helm-tools: everything helm/tests needs, built or installed when missing.
+helm-tools: $(HELM) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_VALIDATE) $(HADOLINT) etcd
+
+# helm-tools-env: helm-tools, then their paths as NAME=PATH lines (helm/tests read them).
+helm-tools-env: helm-tools
+	@echo "HELM=$(CURDIR)/$(HELM)"
+	@echo "KUBE_APISERVER=$(CURDIR)/$(KUBE_APISERVER)"
+	@echo "KUBECTL=$(CURDIR)/$(KUBECTL)"
+	@echo "KUBE_VALIDATE=$(CURDIR)/$(KUBE_VALIDATE)"
+	@echo "HADOLINT=$(CURDIR)/$(HADOLINT)"
+	@echo "ETCD=$$(command -v etcd)"
+
+## test-helm: lint, validate and render the chart, prove it against a real API server,
+## and run its rendered containers as local processes (tests/deploy).
+test-helm: install helm-tools
+	$(PY) -m pytest -q helm/tests tests/deploy
+
+## lint-helm: hadolint over deploy/Dockerfile.
+lint-helm: $(HADOLINT)
+	$(HADOLINT) deploy/Dockerfile
+
+## gen-helm: regenerate the generated part of the chart's values.schema.json.
+gen-helm: install
+	$(PY) helm/tools/values_schema.py
+
+## check-helm: fail when values.schema.json is stale against sidecar/config.py.
+check-helm: install
+	$(PY) helm/tools/values_schema.py --check
 
 ## image-constraints: pin the images' Python dependencies (deploy/constraints.txt) to what
 ## pip resolves today for the package's runtime requirements; commit the result.
