@@ -402,6 +402,10 @@ def test_settings_that_cannot_work_are_refused_with_what_to_do() -> None:
         "tls without a secret": ({"tls.enabled": "true"}, "tls.enabled needs tls.existingSecret"),
         "a socket off sidecar mode": ({"socket.enabled": "true"}, "it needs mode: sidecar"),
         "an unknown mode": ({"mode": "daemonset"}, "mode"),
+        "an existing Deployment without its labels": (
+            {"mode": "sidecar", "application.enabled": "false"},
+            "needs application.podSelector",
+        ),
         "the simulator and a base_url": (
             {"devSimulator.enabled": "true", "config.model.base_url": "http://x/v1"},
             "leave config.model.base_url unset",

@@ -163,6 +163,9 @@ Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending s
 {{- if and (eq .Values.mode "sidecar") .Values.application.enabled (not .Values.application.image.repository) }}
 {{- fail "mode: sidecar with application.enabled needs application.image.repository (or application.enabled: false to add the sidecar to your own Deployment)" }}
 {{- end }}
+{{- if and (eq .Values.mode "sidecar") (not .Values.application.enabled) (not .Values.application.podSelector) }}
+{{- fail "mode: sidecar with application.enabled: false needs application.podSelector: the labels of your application's pods, which the tool servers' NetworkPolicy admits" }}
+{{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.persistence.enabled }}
 {{- fail "persistence is for the standalone sidecar; in sidecar mode each pod keeps its SQLite file in an emptyDir (or use config.sessions.store: postgres)" }}
 {{- end }}
@@ -377,7 +380,7 @@ volumeMounts:
 {{/* Pod fields every pod of the chart shares. */}}
 {{- define "agent-sidecar.podCommon" -}}
 serviceAccountName: {{ include "agent-sidecar.serviceAccountName" . }}
-automountServiceAccountToken: false
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- range . }}
