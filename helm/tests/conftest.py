@@ -10,17 +10,13 @@ output rather than skip.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster import Cluster, api_server
 
 ROOT = Path(__file__).resolve().parents[2]
-# The chart-rendering helpers live beside the rendered-output tests.
-sys.path.insert(0, str(ROOT / "tests" / "deploy"))
-
-from cluster import Cluster, api_server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 import yaml
 from cluster import Cluster
-from helm_chart import CHART, NAMESPACE, RELEASE, SCENARIOS, RenderError, render_text, value_args
+
+from tests.deploy.helm_chart import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    SCENARIOS,
+    RenderError,
+    render_text,
+    value_args,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helm_chart import CHART, ROOT, SCENARIOS, render_text, run_helm
+
+from tests.deploy.helm_chart import CHART, ROOT, SCENARIOS, render_text, run_helm
 
 CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
 VERSIONS = CHART_META["annotations"]["agent-sidecar/validated-kubernetes"].split()

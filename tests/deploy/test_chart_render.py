@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from helm_chart import (
+
+from sidecar.config import parse_config
+from tests.deploy.helm_chart import (
     CHART,
     RELEASE,
     ROOT,
@@ -33,8 +35,6 @@ from helm_chart import (
     sidecar_container,
     sidecar_containers,
 )
-
-from sidecar.config import parse_config
 
 pytestmark = pytest.mark.timeout(900)  # the first render may build helm (make helm-path)
 

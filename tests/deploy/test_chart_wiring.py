@@ -39,7 +39,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import yaml
-from helm_chart import (
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from sidecar.testing import ServerProcess, start_process, wait_serving
+from tests.deploy.helm_chart import (
     CHART,
     NAMESPACE,
     containers,
@@ -50,10 +54,6 @@ from helm_chart import (
     selects,
     sidecar_config,
 )
-
-from agentsidecar.client import AgentClient
-from agentsidecar.v1 import agent_pb2
-from sidecar.testing import ServerProcess, start_process, wait_serving
 
 pytestmark = pytest.mark.timeout(900)  # the first render may build helm (make helm-path)
 
@@ -126,7 +126,7 @@ class Pod:
         assert program.is_file(), f"{self.name}: {executable} is not in {BIN}"
         with log.open("ab") as stderr:
             return start_process(
-                args, python=str(program), env=self.env(), cwd=self.root, stderr=stderr
+                args, executable=str(program), env=self.env(), cwd=self.root, stderr=stderr
             )
 
 
