@@ -4,12 +4,16 @@
 #            Go module proxy, kubernetes-validate from PyPI in its own venv, etcd from
 #            Debian's etcd-server), then runs helm/tests (lint, strict schema validation,
 #            server-side dry-run of every ci/ scenario, a real helm install and upgrade, a
-#            value the server refuses) and tests/deploy (rendered-output unit tests and the
+#            value the server refuses, hadolint) and tests/deploy (rendered-output unit tests and the
 #            wiring test that runs the rendered containers as local processes).
 # lint-helm  hadolint over deploy/Dockerfile.
 #
-# Binaries are cached under .tools/ by version: only a cold machine builds them (helm about
-# 2.5 minutes, kube-apiserver + kubectl about 8 on 2 cores); a version bump rebuilds.
+# gen-helm / check-helm regenerate / check the generated part of values.schema.json (the
+#            sidecar's config schema, from sidecar/config.py).
+#
+# Binaries are cached under .tools/ by version: only a cold machine builds them (measured on
+# 2 idle cores: helm 1:54, kube-apiserver + kubectl 4:30, about 9:30 when other builds load
+# the machine); a version bump rebuilds. A warm test-helm takes about 40 s.
 GO ?= go
 HELM_VERSION := v3.22.0
 KUBE_VERSION := v1.37.2
