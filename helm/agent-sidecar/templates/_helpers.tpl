@@ -1,0 +1,424 @@
+{{/*
+Names and labels, the `helm create` way.
+*/}}
+{{- define "agent-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "agent-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "agent-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every resource. */}}
+{{- define "agent-sidecar.labels" -}}
+helm.sh/chart: {{ include "agent-sidecar.chart" . }}
+{{ include "agent-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "agent-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "agent-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "sidecar"). */}}
+{{- define "agent-sidecar.componentSelector" -}}
+{{ include "agent-sidecar.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The pods that carry the sidecar: the standalone pool, or the application's pods. */}}
+{{- define "agent-sidecar.sidecarPodSelector" -}}
+{{- if and (eq .Values.mode "sidecar") .Values.application.podSelector }}
+{{- toYaml .Values.application.podSelector }}
+{{- else }}
+{{- include "agent-sidecar.componentSelector" (dict "root" . "component" (ternary "application" "sidecar" (eq .Values.mode "sidecar"))) }}
+{{- end }}
+{{- end }}
+
+{{- define "agent-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "agent-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The label that lets a pod call the standalone sidecar when networkPolicy.clients is empty. */}}
+{{- define "agent-sidecar.clientLabel" -}}
+{{- printf "%s-client" (include "agent-sidecar.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* An image reference: (dict "image" .Values.image "root" $). */}}
+{{- define "agent-sidecar.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* A tool server's resource name: (dict "root" $ "name" "orders"). */}}
+{{- define "agent-sidecar.toolServerName" -}}
+{{- printf "%s-tool-%s" (include "agent-sidecar.fullname" .root) (lower .name) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "agent-sidecar.simulatorName" -}}
+{{- printf "%s-llm-simulator" (include "agent-sidecar.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+What the sidecar of this chart's appVersion accepts in its configuration. The chart's
+values for the rest (tls, auth, socket) mount and share what they need but render no
+configuration key until the sidecar reads it: an unknown key stops the sidecar (exit 2).
+Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending settings").
+*/}}
+{{- define "agent-sidecar.supports" -}}
+{{- dict "tls" false "auth" false "unix" false | toJson }}
+{{- end }}
+
+{{/* The data directory (SQLite file) and the config file in the sidecar container. */}}
+{{- define "agent-sidecar.dataDir" -}}/var/lib/agent-sidecar{{- end }}
+{{- define "agent-sidecar.configDir" -}}/etc/agent-sidecar{{- end }}
+{{- define "agent-sidecar.configFile" -}}sidecar.yaml{{- end }}
+{{- define "agent-sidecar.tlsDir" -}}/etc/agent-sidecar/tls{{- end }}
+{{- define "agent-sidecar.authDir" -}}/etc/agent-sidecar/auth{{- end }}
+
+{{/* The session store: sqlite, postgres or memory. */}}
+{{- define "agent-sidecar.store" -}}
+{{- $sessions := (.Values.config | default dict).sessions | default dict }}
+{{- $sessions.store | default "sqlite" }}
+{{- end }}
+
+{{/* config.server.grace_period, defaulted as the sidecar does. */}}
+{{- define "agent-sidecar.gracePeriod" -}}
+{{- $server := (.Values.config | default dict).server | default dict }}
+{{- if hasKey $server "grace_period" }}{{ $server.grace_period }}{{ else }}10{{ end }}
+{{- end }}
+
+{{/* The pod's terminationGracePeriodSeconds, above everything that runs in it after deletion. */}}
+{{- define "agent-sidecar.terminationGrace" -}}
+{{- $grace := include "agent-sidecar.gracePeriod" . | float64 }}
+{{- $need := addf .Values.preStopSeconds $grace }}
+{{- if eq .Values.mode "sidecar" }}
+{{- $need = addf $need .Values.application.drainSeconds }}
+{{- end }}
+{{- if .Values.terminationGracePeriodSeconds }}
+{{- if le (float64 .Values.terminationGracePeriodSeconds) $need }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed preStopSeconds + config.server.grace_period%s (%v), or the drain is cut short" .Values.terminationGracePeriodSeconds (ternary " + application.drainSeconds" "" (eq .Values.mode "sidecar")) $need) }}
+{{- end }}
+{{- .Values.terminationGracePeriodSeconds }}
+{{- else }}
+{{- addf $need 5 | ceil | int }}
+{{- end }}
+{{- end }}
+
+{{/* Refusals: settings that cannot work, caught before anything reaches the cluster. */}}
+{{- define "agent-sidecar.validate" -}}
+{{- $store := include "agent-sidecar.store" . }}
+{{- $config := .Values.config | default dict }}
+{{- $model := $config.model | default dict }}
+{{- if not (has .Values.mode (list "standalone" "sidecar")) }}
+{{- fail (printf "mode must be standalone or sidecar, not %q" .Values.mode) }}
+{{- end }}
+{{- if eq .Values.mode "standalone" }}
+{{- $replicas := ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled | int }}
+{{- if and (gt $replicas 1) (ne $store "postgres") }}
+{{- fail (printf "%d replicas need the shared session store: set config.sessions.store: postgres and postgres.existingSecret (the %s store belongs to one process)" $replicas $store) }}
+{{- end }}
+{{- end }}
+{{- if and (eq $store "postgres") (not .Values.postgres.existingSecret) (not (($config.sessions | default dict).postgres | default dict).dsn) }}
+{{- fail "config.sessions.store: postgres needs postgres.existingSecret (a Secret holding the DSN, password included)" }}
+{{- end }}
+{{- if and (not .Values.modelKey.existingSecret) (not $model.base_url) (not .Values.devSimulator.enabled) }}
+{{- fail "set modelKey.existingSecret to the Secret holding the model API key (or config.model.base_url for a keyless OpenAI-compatible endpoint, or devSimulator.enabled=true to try the chart with the LLM simulator)" }}
+{{- end }}
+{{- if and .Values.devSimulator.enabled $model.base_url }}
+{{- fail "devSimulator.enabled points config.model.base_url at the simulator: leave config.model.base_url unset" }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- fail "tls.enabled needs tls.existingSecret (a kubernetes.io/tls Secret)" }}
+{{- end }}
+{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) }}
+{{- fail "auth.enabled needs auth.existingSecret (a Secret holding the tokens file)" }}
+{{- end }}
+{{- if and .Values.socket.enabled (ne .Values.mode "sidecar") }}
+{{- fail "socket.enabled shares a Unix socket between containers of one pod: it needs mode: sidecar" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") .Values.application.enabled (not .Values.application.image.repository) }}
+{{- fail "mode: sidecar with application.enabled needs application.image.repository (or application.enabled: false to add the sidecar to your own Deployment)" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") (not .Values.application.enabled) (not .Values.application.podSelector) }}
+{{- fail "mode: sidecar with application.enabled: false needs application.podSelector: the labels of your application's pods, which the tool servers' NetworkPolicy admits" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") .Values.persistence.enabled }}
+{{- fail "persistence is for the standalone sidecar; in sidecar mode each pod keeps its SQLite file in an emptyDir (or use config.sessions.store: postgres)" }}
+{{- end }}
+{{- $names := list }}
+{{- range ($config.tool_servers | default list) }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- range .Values.toolServers }}
+{{- if has .name $names }}
+{{- fail (printf "tool server name %q is used twice (toolServers and config.tool_servers together)" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar's configuration file: .Values.config with the keys the chart owns set.
+*/}}
+{{- define "agent-sidecar.config" -}}
+{{- $supports := include "agent-sidecar.supports" . | fromJson }}
+{{- $c := deepCopy (.Values.config | default dict) }}
+{{- $server := $c.server | default dict }}
+{{- $_ := set $server "host" "0.0.0.0" }}
+{{- $_ := set $server "port" (int .Values.port) }}
+{{- $_ := set $c "server" $server }}
+{{- if and .Values.tls.enabled $supports.tls }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" (include "agent-sidecar.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "agent-sidecar.tlsDir" .)) }}
+{{- if .Values.tls.clientAuth }}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" (include "agent-sidecar.tlsDir" .)) }}
+{{- end }}
+{{- $_ := set $server "tls" $tls }}
+{{- end }}
+{{- if and .Values.auth.enabled $supports.auth }}
+{{- $_ := set $server "auth" (dict "tokens_file" (printf "%s/%s" (include "agent-sidecar.authDir" .) .Values.auth.key)) }}
+{{- end }}
+{{- if and .Values.socket.enabled $supports.unix }}
+{{- $_ := set $server "unix_socket" (printf "%s/%s" .Values.socket.directory .Values.socket.name) }}
+{{- end }}
+{{- $model := $c.model | default dict }}
+{{- if .Values.devSimulator.enabled }}
+{{- $_ := set $model "base_url" (printf "http://%s.%s.svc.%s:%d/openai/v1" (include "agent-sidecar.simulatorName" .) .Release.Namespace .Values.clusterDomain (int .Values.devSimulator.port)) }}
+{{- end }}
+{{- if $model }}
+{{- $_ := set $c "model" $model }}
+{{- end }}
+{{- $sessions := $c.sessions | default dict }}
+{{- if eq (include "agent-sidecar.store" .) "sqlite" }}
+{{- $sqlite := $sessions.sqlite | default dict }}
+{{- $_ := set $sqlite "path" (printf "%s/sessions.db" (include "agent-sidecar.dataDir" .)) }}
+{{- $_ := set $sessions "sqlite" $sqlite }}
+{{- $_ := set $c "sessions" $sessions }}
+{{- end }}
+{{- if .Values.metrics.enabled }}
+{{- $telemetry := $c.telemetry | default dict }}
+{{- $_ := set $telemetry "metrics" (dict "enabled" true "host" "0.0.0.0" "port" (int .Values.metrics.port)) }}
+{{- $_ := set $c "telemetry" $telemetry }}
+{{- end }}
+{{- $servers := list }}
+{{- range ($c.tool_servers | default list) }}
+{{- $servers = append $servers . }}
+{{- end }}
+{{- range .Values.toolServers }}
+{{- $entry := deepCopy (.config | default dict) }}
+{{- $_ := set $entry "name" .name }}
+{{- $_ := set $entry "address" (printf "%s.%s.svc.%s:%d" (include "agent-sidecar.toolServerName" (dict "root" $ "name" .name)) $.Release.Namespace $.Values.clusterDomain (int .port)) }}
+{{- $servers = append $servers $entry }}
+{{- end }}
+{{- if $servers }}
+{{- $_ := set $c "tool_servers" $servers }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* The address the application dials in sidecar mode. */}}
+{{- define "agent-sidecar.localAddress" -}}
+{{- $supports := include "agent-sidecar.supports" . | fromJson }}
+{{- if and .Values.socket.enabled $supports.unix }}
+{{- printf "unix://%s/%s" .Values.socket.directory .Values.socket.name }}
+{{- else }}
+{{- printf "127.0.0.1:%d" (int .Values.port) }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar container (both modes); the caller adds restartPolicy for a native sidecar. */}}
+{{- define "agent-sidecar.sidecarContainer" -}}
+{{- $config := .Values.config | default dict }}
+{{- $model := $config.model | default dict }}
+{{- $sessions := $config.sessions | default dict -}}
+name: agent-sidecar
+image: {{ include "agent-sidecar.image" (dict "image" .Values.image "root" .) | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+command:
+  - agent-sidecar
+  - serve
+  - --config
+  - {{ printf "%s/%s" (include "agent-sidecar.configDir" .) (include "agent-sidecar.configFile" .) }}
+ports:
+  - name: grpc
+    containerPort: {{ .Values.port }}
+    protocol: TCP
+  {{- if .Values.metrics.enabled }}
+  - name: metrics
+    containerPort: {{ .Values.metrics.port }}
+    protocol: TCP
+  {{- end }}
+env:
+  - name: PYTHONDONTWRITEBYTECODE
+    value: "1"
+  {{- if .Values.modelKey.existingSecret }}
+  - name: {{ $model.api_key_env | default "GROQ_API_KEY" }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.modelKey.existingSecret }}
+        key: {{ .Values.modelKey.key }}
+  {{- else }}
+  # No key: an empty variable, so a key in the image's environment is never picked up.
+  - name: {{ $model.api_key_env | default "GROQ_API_KEY" }}
+    value: ""
+  {{- end }}
+  {{- if and (eq (include "agent-sidecar.store" .) "postgres") .Values.postgres.existingSecret }}
+  - name: {{ ($sessions.postgres | default dict).dsn_env | default "SIDECAR_POSTGRES_DSN" }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.postgres.existingSecret }}
+        key: {{ .Values.postgres.key }}
+  {{- end }}
+  {{- with .Values.env }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+startupProbe:
+  grpc:
+    port: {{ .Values.port }}
+  {{- toYaml .Values.probes.startup | nindent 2 }}
+readinessProbe:
+  grpc:
+    port: {{ .Values.port }}
+  {{- toYaml .Values.probes.readiness | nindent 2 }}
+livenessProbe:
+  grpc:
+    port: {{ .Values.port }}
+  {{- toYaml .Values.probes.liveness | nindent 2 }}
+{{- if and .Values.preStopSeconds (not (and (eq .Values.mode "sidecar") .Values.application.nativeSidecar)) }}
+lifecycle:
+  preStop:
+    exec:
+      command: [sleep, {{ .Values.preStopSeconds | quote }}]
+{{- end }}
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+volumeMounts:
+  - name: config
+    mountPath: {{ include "agent-sidecar.configDir" . }}
+    readOnly: true
+  - name: data
+    mountPath: {{ include "agent-sidecar.dataDir" . }}
+  - name: tmp
+    mountPath: /tmp
+  {{- if .Values.tls.enabled }}
+  - name: tls
+    mountPath: {{ include "agent-sidecar.tlsDir" . }}
+    readOnly: true
+  {{- end }}
+  {{- if .Values.auth.enabled }}
+  - name: auth
+    mountPath: {{ include "agent-sidecar.authDir" . }}
+    readOnly: true
+  {{- end }}
+  {{- if .Values.socket.enabled }}
+  - name: socket
+    mountPath: {{ .Values.socket.directory }}
+  {{- end }}
+{{- end }}
+
+{{/* The sidecar's volumes (both modes). */}}
+{{- define "agent-sidecar.sidecarVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "agent-sidecar.fullname" . }}-config
+- name: data
+  {{- if and .Values.persistence.enabled (eq .Values.mode "standalone") }}
+  persistentVolumeClaim:
+    claimName: {{ .Values.persistence.existingClaim | default (printf "%s-data" (include "agent-sidecar.fullname" .)) }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+- name: tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: 64Mi
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.auth.enabled }}
+- name: auth
+  secret:
+    secretName: {{ .Values.auth.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.socket.enabled }}
+- name: socket
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end }}
+{{- end }}
+
+{{/* Pod fields every pod of the chart shares. */}}
+{{- define "agent-sidecar.podCommon" -}}
+serviceAccountName: {{ include "agent-sidecar.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The checksum annotation that rolls the pods when the configuration changes. */}}
+{{- define "agent-sidecar.configChecksum" -}}
+checksum/config: {{ include "agent-sidecar.config" . | sha256sum }}
+{{- end }}
+
+{{/* The NetworkPolicy ingress rule of the metrics port. */}}
+{{- define "agent-sidecar.metricsIngress" -}}
+- ports:
+    - port: {{ .Values.metrics.port }}
+      protocol: TCP
+  {{- with .Values.networkPolicy.metricsScrapers }}
+  from:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}

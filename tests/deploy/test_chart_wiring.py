@@ -1,0 +1,296 @@
+"""The chart's configuration works, not only parses: its containers, run as local processes.
+
+The chart is rendered with helm (``make helm-path`` builds it into .tools/ when missing).
+For each scenario below, every Deployment's container is started as the pod would start
+it: its rendered ``command`` and ``args``, its ``env``, and its volumes as the kubelet
+would mount them (the ConfigMap's keys written as files). ``command[0]`` is looked up in
+the directory of the interpreter running the tests, the repository's venv: the console
+scripts and the python that the image puts on PATH. Then the sidecar must report SERVING
+and complete runs through ``agentsidecar.client.AgentClient``, with the tools of the
+chart's tool servers.
+
+Only what must differ on a laptop is rewritten, and nothing else:
+
+- listen addresses: ``--host 0.0.0.0`` becomes ``127.0.0.1`` and ``--port P`` becomes
+  ``0`` (a free port, which each server announces as ``listening on HOST:PORT``); in the
+  sidecar's config, ``server`` and ``telemetry.metrics`` likewise;
+- addresses of Services: each ``tool_servers[].address`` and ``model.base_url`` names a
+  Service (``NAME.NAMESPACE.svc.DOMAIN:PORT``); the test follows that Service's selector
+  and target port to a Deployment and its container port (and fails when they do not
+  lead to one), and puts in the address of the local process that runs it;
+- file paths: every path under a volume's mountPath (the config file, the SQLite file) is
+  re-rooted in a temporary directory;
+- Secrets: ``env`` entries filled from Secrets (``valueFrom``) are left out; these
+  scenarios have none, and the test checks that.
+
+The application container of sidecar mode is the user's own image and is not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import yaml
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from sidecar.testing import ServerProcess, start_process, wait_serving
+from tests.deploy.helm_chart import (
+    CHART,
+    NAMESPACE,
+    containers,
+    of_kind,
+    one,
+    pod_spec,
+    render,
+    selects,
+    sidecar_config,
+)
+
+pytestmark = pytest.mark.timeout(900)  # the first render may build helm (make helm-path)
+
+BIN = Path(sys.executable).parent
+"""Where the image's commands are found locally: the venv running the tests."""
+LOCAL_HOST = "127.0.0.1"
+FOUNDING = "What is the status of order 20250101, and where is its parcel?"
+
+
+class Pod:
+    """One Deployment's container, runnable on this machine."""
+
+    def __init__(self, workload: dict[str, Any], container: dict[str, Any], root: Path):
+        self.workload = workload
+        self.container = container
+        self.root = root
+        spec = pod_spec(workload)
+        self.volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        self.mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+
+    @property
+    def name(self) -> str:
+        return str(self.workload["metadata"]["name"])
+
+    def local_path(self, path: str) -> str:
+        """A path under one of the container's mounts, re-rooted in the temp directory."""
+        for mount in self.mounts:
+            if path == mount or path.startswith(mount.rstrip("/") + "/"):
+                return str(self.root / path.lstrip("/"))
+        return path
+
+    def mount(self, docs: list[dict[str, Any]], rewrite: dict[str, Any] | None = None) -> None:
+        """Lay out the volumes as the kubelet would (``rewrite``: config file contents)."""
+        for mount in self.container.get("volumeMounts", []):
+            volume = self.volumes[mount["name"]]
+            target = Path(self.local_path(mount["mountPath"]))
+            target.mkdir(parents=True, exist_ok=True)
+            assert "secret" not in volume, "these scenarios mount no Secret"
+            if "configMap" in volume:
+                config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
+                for key, text in config_map["data"].items():
+                    if rewrite is not None and key in rewrite:
+                        text = yaml.safe_dump(rewrite[key], sort_keys=False)
+                    (target / key).write_text(text)
+
+    def argv(self) -> list[str]:
+        """command + args, with listen addresses and mounted paths rewritten."""
+        words = [*self.container["command"], *self.container.get("args", [])]
+        out: list[str] = []
+        for i, word in enumerate(words):
+            flag = words[i - 1] if i else ""
+            if flag == "--host":
+                assert word == "0.0.0.0", f"{self.name} listens on {word}, not all interfaces"
+                word = LOCAL_HOST
+            elif flag == "--port":
+                word = "0"
+            out.append(self.local_path(word))
+        return out
+
+    def env(self) -> dict[str, str]:
+        env = {}
+        for entry in self.container.get("env", []):
+            assert "valueFrom" not in entry, f"{self.name}: {entry['name']} comes from a Secret"
+            env[entry["name"]] = entry["value"]
+        return env
+
+    def start(self, log: Path) -> ServerProcess:
+        executable, *args = self.argv()
+        program = BIN / executable
+        assert program.is_file(), f"{self.name}: {executable} is not in {BIN}"
+        with log.open("ab") as stderr:
+            return start_process(
+                args, executable=str(program), env=self.env(), cwd=self.root, stderr=stderr
+            )
+
+
+def service_target(docs: list[dict[str, Any]], address: str) -> tuple[str, int]:
+    """The Deployment and container port a cluster address leads to.
+
+    Raises:
+        AssertionError: the address names no Service of the release, or its Service selects
+            no Deployment, or its port leads to no port of that Deployment's container.
+    """
+    host, port = address.rsplit(":", 1)
+    name, namespace, svc, *_domain = host.split(".")
+    assert (namespace, svc) == (NAMESPACE, "svc"), f"{address} is not a Service's name"
+    service = one(docs, "Service", name)
+    (service_port,) = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
+    backing = [
+        d
+        for d in of_kind(docs, "Deployment")
+        if selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+    ]
+    assert len(backing) == 1, f"Service {name} selects {len(backing)} Deployments"
+    (container,) = pod_spec(backing[0])["containers"]
+    target = service_port["targetPort"]
+    ports = [
+        p["containerPort"] for p in container["ports"] if target in (p["name"], p["containerPort"])
+    ]
+    assert len(ports) == 1, f"Service {name}'s targetPort {target} is no port of its pods"
+    return backing[0]["metadata"]["name"], ports[0]
+
+
+def local_config(pod: Pod, docs: list[dict[str, Any]], addresses: dict[str, str]) -> dict[str, Any]:
+    """The ConfigMap's sidecar.yaml with the laptop's addresses and paths."""
+    config = sidecar_config(docs)
+    config["server"].update(host=LOCAL_HOST, port=0)
+    metrics = config.get("telemetry", {}).get("metrics")
+    if metrics:
+        metrics.update(host=LOCAL_HOST, port=0)
+    for entry in config.get("tool_servers", []):
+        workload, _ = service_target(docs, entry["address"])
+        entry["address"] = addresses[workload]
+    base_url = config.get("model", {}).get("base_url")
+    if base_url:
+        parts = urlsplit(base_url)
+        workload, _ = service_target(docs, parts.netloc)
+        config["model"]["base_url"] = urlunsplit(parts._replace(netloc=addresses[workload]))
+
+    def reroot(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: reroot(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [reroot(v) for v in node]
+        return pod.local_path(node) if isinstance(node, str) else node
+
+    rerooted: dict[str, Any] = reroot(config)
+    return rerooted
+
+
+def runnable_pods(docs: list[dict[str, Any]], root: Path) -> tuple[list[Pod], Pod]:
+    """The tool servers and the simulator, then the sidecar."""
+    others, sidecars = [], []
+    for workload in of_kind(docs, "Deployment"):
+        for container in containers(workload):
+            if container["name"] == "application":
+                continue  # the user's image
+            pod = Pod(workload, container, root / workload["metadata"]["name"])
+            (sidecars if container["name"] == "agent-sidecar" else others).append(pod)
+    (sidecar,) = sidecars
+    return others, sidecar
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def scrape(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+class Running:
+    def __init__(self, sidecar: ServerProcess, pod: Pod, config: dict[str, Any]):
+        self.sidecar = sidecar
+        self.pod = pod
+        self.config = config
+
+
+SCENARIOS = ["toolservers", "sidecar-classic"]
+"""The scenarios that run without a Secret: standalone with three tool servers and the
+simulator; sidecar mode (a second container) with metrics and the memory store."""
+
+
+@pytest.fixture
+def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
+    docs = render([CHART / "ci" / f"{request.param}-values.yaml"])
+    others, sidecar_pod = runnable_pods(docs, tmp_path)
+    log = tmp_path / "stderr.log"
+    with ExitStack() as stack:
+        addresses = {}
+        for pod in others:
+            pod.mount(docs)
+            addresses[pod.name] = stack.enter_context(pod.start(log)).address
+        config = local_config(sidecar_pod, docs, addresses)
+        sidecar_pod.mount(docs, rewrite={"sidecar.yaml": config})
+        sidecar = stack.enter_context(sidecar_pod.start(log))
+        try:
+            wait_serving(sidecar.address, timeout=30)
+        except TimeoutError:
+            pytest.fail(f"the sidecar never reported SERVING:\n{log.read_text()[-4000:]}")
+        yield Running(sidecar, sidecar_pod, config)
+        # The drain the pod's preStop and grace period are sized for ends cleanly.
+        assert sidecar.stop() == 0, log.read_text()[-4000:]
+
+
+@pytest.mark.parametrize("running", SCENARIOS, indirect=True)
+async def test_the_rendered_pods_serve_runs_with_the_charts_tool_servers(
+    running: Running,
+) -> None:
+    async with AgentClient(running.sidecar.address) as client:
+        session = await client.create_session("default")
+        tools = {t.tool.name for t in await client.list_tools(session.session_id)}
+        assert {"get_order_status", "track_parcel"} <= tools
+        result = (await client.run(session.session_id, FOUNDING, timeout=30)).result
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
+    assert result.answer.startswith("[simulated]")
+    called = {s.name for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL}
+    assert called == {"get_order_status", "track_parcel"}
+    for stage in result.timeline.stages:
+        if stage.kind == agent_pb2.STAGE_KIND_TOOL_CALL:
+            assert stage.tool_call.status == agent_pb2.TOOL_CALL_STATUS_OK, stage
+
+
+@pytest.mark.parametrize("running", SCENARIOS, indirect=True)
+async def test_the_configmaps_profiles_and_store_are_the_ones_in_effect(
+    running: Running,
+) -> None:
+    store = running.config["sessions"]["store"]
+    async with AgentClient(running.sidecar.address) as client:
+        session = await client.create_session("default")
+        await client.run(session.session_id, FOUNDING, timeout=30)
+        assert (await client.get_session(session.session_id)).session_id == session.session_id
+        if "structured" in running.config["profiles"]:
+            structured = await client.create_session("structured")
+            result = (await client.run(structured.session_id, "Say hello", timeout=30)).result
+            assert yaml.safe_load(result.answer).keys() == {"answer"}
+    data = await asyncio.to_thread(files_in, running.pod.root / "var/lib/agent-sidecar")
+    if store == "sqlite":
+        # The file is where the chart's data volume is mounted.
+        path = Path(running.config["sessions"]["sqlite"]["path"])
+        assert path.parent == running.pod.root / "var/lib/agent-sidecar"
+        assert path.name in data
+    else:
+        assert store == "memory"
+        assert data == []
+
+
+@pytest.mark.parametrize("running", ["sidecar-classic"], indirect=True)
+async def test_metrics_are_served_where_the_chart_expects_them(running: Running) -> None:
+    assert running.config["telemetry"]["metrics"]["enabled"] is True
+    address = running.sidecar.announced("metrics on ")
+    assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in running.pod.container[
+        "ports"
+    ]
+    async with AgentClient(running.sidecar.address) as client:
+        session = await client.create_session("default")
+        await client.run(session.session_id, FOUNDING, timeout=30)
+    text = await asyncio.to_thread(scrape, address)
+    assert "agent_sidecar_run_duration_seconds" in text
