@@ -98,6 +98,7 @@ def sidecar(
             "server": {"port": 0},
             "model": {
                 "base_url": f"http://{sim.address}/openai/v1",
+                "keyless": True,
                 "model": "bench-model",
                 "transport": transport,
             },
@@ -119,7 +120,11 @@ def configured_sidecar(
     session store live in a temporary directory, removed once it has stopped."""
     config: dict[str, Any] = {
         "server": {"port": 0, "grace_period": 2},
-        "model": {"base_url": f"http://{sim.address}/openai/v1", "model": "llm-simulator"},
+        "model": {
+            "base_url": f"http://{sim.address}/openai/v1",
+            "model": "llm-simulator",
+            "keyless": True,
+        },
         "tool_servers": [{"name": n, "address": s.address} for n, s in tools.items()],
     }
     config.update(sections)

@@ -8,9 +8,11 @@ invalid file fails with a message naming the offending key.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -114,6 +116,10 @@ class ModelConfig(_Strict):
     LLM simulator, started embedded."""
     api_key_env: str = "GROQ_API_KEY"
     """Environment variable holding the API key (never put the key in this file)."""
+    keyless: bool = False
+    """The endpoint at ``base_url`` takes no API key (a local vLLM, Ollama or the LLM
+    simulator): no ``Authorization`` header is sent. Otherwise a ``base_url`` with the key
+    variable unset or empty stops the sidecar at start."""
     model: str = "llama-3.3-70b-versatile"
     """The model name sent with each request."""
     temperature: float | None = Field(None, ge=0, le=2)
@@ -362,6 +368,25 @@ class CacheConfig(_Strict):
     Needs ``sessions.store: postgres``."""
 
 
+class SecurityConfig(_Strict):
+    """What the sidecar protects: secrets in what leaves the process."""
+
+    redact: list[str] = Field(default_factory=list)
+    """Regular expressions of secrets to redact from errors, tool results, logs and traces,
+    beside the model's API key, the session store's password and the built-in shapes of
+    provider keys and bearer tokens (``sidecar.redaction.BUILT_IN_PATTERNS``)."""
+
+    @field_validator("redact")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -374,6 +399,7 @@ class SidecarConfig(_Strict):
     """Price table by model name (as sent in requests), for each run's cost."""
     sessions: SessionsConfig = SessionsConfig()
     cache: CacheConfig = CacheConfig()
+    security: SecurityConfig = SecurityConfig()
 
     @field_validator("tool_servers")
     @classmethod
@@ -436,6 +462,16 @@ def load_config(path: str | Path) -> SidecarConfig:
 def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | None:
     """The model API key from the environment, or None when it is unset or empty."""
     return environ.get(model.api_key_env) or None
+
+
+def dsn_password(dsn: str | None) -> str | None:
+    """The password in a PostgreSQL connection string (URL or ``key=value`` form)."""
+    if not dsn:
+        return None
+    if "://" in dsn:
+        return urlsplit(dsn).password
+    match = re.search(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn)
+    return match.group(1).strip("'") if match else None
 
 
 def resolve_postgres_dsn(config: PostgresConfig, environ: Mapping[str, str]) -> str | None:

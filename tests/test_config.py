@@ -10,6 +10,7 @@ from sidecar.config import (
     ModelConfig,
     PriceConfig,
     ProfileConfig,
+    SecurityConfig,
     ServerConfig,
     SessionsConfig,
     TelemetryConfig,
@@ -84,6 +85,7 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(PriceConfig, "prices.MODEL.")
         + _config_keys(SessionsConfig, "sessions.")
         + _config_keys(CacheConfig, "cache.")
+        + _config_keys(SecurityConfig, "security.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

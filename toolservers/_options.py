@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agentsidecar.logs import FORMATS, LEVELS
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -47,8 +49,8 @@ class ServeOptions:
 
 def parse_serve_args(
     prog: str, argv: Sequence[str] | None, tool_names: Sequence[str]
-) -> tuple[ServeOptions, str]:
-    """Parse a tool server's command line into options and a log level.
+) -> tuple[ServeOptions, str, str]:
+    """Parse a tool server's command line into options, a log level and a log format.
 
     Exits with a usage message (argparse's behaviour) on a bad flag, including
     a ``--latency`` naming a tool the server does not offer.
@@ -75,7 +77,16 @@ def parse_serve_args(
         metavar="HOST:PORT",
         help="trace each call and export the spans to this OTLP/gRPC receiver",
     )
-    parser.add_argument("--log-level", default="INFO", help="stderr log level (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default="INFO",
+        help="stderr log level (default INFO)",
+    )
+    parser.add_argument(
+        "--log-format", choices=FORMATS, default="text", help="text (default) or json lines"
+    )
     args = parser.parse_args(argv)
     per_tool: dict[str, float] = {}
     for item in args.latency:
@@ -97,4 +108,4 @@ def parse_serve_args(
         sync_workers=args.sync_workers,
         otlp_endpoint=args.otlp_endpoint,
     )
-    return options, str(args.log_level).upper()
+    return options, str(args.log_level), str(args.log_format)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from agentsidecar.logs import configure_logging
 from toolservers._definition import Seconds, define_tool
 from toolservers._exceptions import ToolDefinitionError, ToolServerError
 from toolservers._options import ServeOptions, parse_serve_args
@@ -189,16 +189,13 @@ class ToolServer:
 
         Flags: ``--host`` (default 127.0.0.1), ``--port`` (default 0, any free
         port), ``--grace`` seconds, ``--latency-ms N`` for every tool,
-        ``--latency TOOL=MS`` (repeatable), ``--sync-workers``, ``--log-level``.
+        ``--latency TOOL=MS`` (repeatable), ``--sync-workers``, ``--log-level``,
+        ``--log-format text|json``.
         Logs go to stderr; stdout carries one line, ``listening on HOST:PORT``.
         Uses uvloop when it is installed.
         """
-        options, log_level = parse_serve_args(self.name, argv, list(self._tools))
-        logging.basicConfig(
-            stream=sys.stderr,
-            level=log_level,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        options, log_level, log_format = parse_serve_args(self.name, argv, list(self._tools))
+        configure_logging(log_level, log_format)
         try:
             run_event_loop(self.serve(options))
         except ToolServerError as exc:

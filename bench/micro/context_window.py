@@ -122,7 +122,11 @@ async def main() -> None:
                 profiles={
                     name: {"context": {"max_tokens": budget}} for name, budget in PROFILES.items()
                 },
-                model={"base_url": f"http://{sim.address}/openai/v1", "model": "simulated"},
+                model={
+                    "base_url": f"http://{sim.address}/openai/v1",
+                    "model": "simulated",
+                    "keyless": True,
+                },
             )
             with testing.sidecar(config, tmp) as side:
                 async with AgentClient(side.address) as client:

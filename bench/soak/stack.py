@@ -38,6 +38,7 @@ def sidecar_config(sim_address: str, tools_address: str) -> dict[str, Any]:
         "server": {"host": "127.0.0.1", "port": 0, "grace_period": 10},
         "model": {
             "base_url": f"http://{sim_address}/openai/v1",
+            "keyless": True,
             "model": "soak-model",
             # A hung model request is abandoned after 5 s and retried.
             "timeout": 5,

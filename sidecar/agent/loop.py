@@ -105,11 +105,12 @@ class AgentLoop:
         connections: Mapping[str, ToolServerConnection],
         profiles: Mapping[str, ProfileConfig],
         results: ResultCache | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.model = model
         self._catalog = catalog
         self._connections = connections
-        self._dispatcher = Dispatcher(catalog, connections, results)
+        self._dispatcher = Dispatcher(catalog, connections, results, redact)
         self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
         self._trimmers = {
             name: ResultTrimmer(p.context.tool_result_max_chars) for name, p in profiles.items()

@@ -25,11 +25,13 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.api.service import AgentServicer
-from sidecar.config import GROQ_BASE_URL, SidecarConfig
+from sidecar.config import GROQ_BASE_URL, SidecarConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
+from sidecar.errors import StartupError
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.redaction import Redactor
 from sidecar.sessions.factory import store_from_config
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
@@ -52,10 +54,18 @@ class Sidecar:
     """Everything one sidecar process runs, started and stopped as a unit."""
 
     def __init__(
-        self, config: SidecarConfig, *, api_key: str | None, postgres_dsn: str | None = None
+        self,
+        config: SidecarConfig,
+        *,
+        api_key: str | None,
+        postgres_dsn: str | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.config = config
         self._api_key = api_key
+        self.redact = redactor or Redactor(
+            [api_key, dsn_password(postgres_dsn)], config.security.redact
+        )
         self.telemetry = Telemetry.from_config(config)
         metrics = self.telemetry.metrics
         self._postgres_dsn = postgres_dsn
@@ -96,11 +106,31 @@ class Sidecar:
             log.info("tool server %s: %d tools", server, len(response.tools))
 
     async def _start_model(self) -> Model:
+        """The model client: the configured endpoint, or the embedded simulator.
+
+        Raises:
+            StartupError: an endpoint is configured but its key is not set (and the
+                endpoint is not declared keyless), or the simulator is needed and missing.
+        """
         model = self.config.model
         base_url = model.base_url
         api_key = self._api_key
+        keyless = model.keyless
+        if base_url is not None and api_key is None and not keyless:
+            raise StartupError(
+                f"model.base_url is {base_url} but the environment variable "
+                f"{model.api_key_env} is unset or empty: set it, or set model.keyless: true "
+                "for an endpoint that takes no key"
+            )
         if base_url is None and api_key is None:
-            from llmsim import LLMSimulator, SimulatorOptions
+            try:
+                from llmsim import LLMSimulator, SimulatorOptions
+            except ImportError:
+                raise StartupError(
+                    f"no {model.api_key_env} set and the LLM simulator is not installed: "
+                    "set the key (or model.base_url for another endpoint)"
+                ) from None
+            keyless = True
 
             simulator = LLMSimulator(SimulatorOptions())
             await simulator.start("127.0.0.1", 0)
@@ -114,7 +144,7 @@ class Sidecar:
             )
         return OpenAICompatibleModel(
             base_url=base_url or GROQ_BASE_URL,
-            api_key=api_key or "none",
+            api_key=None if keyless else api_key,
             model=model.model,
             retry=model.retry,
             timeout=model.timeout,
@@ -123,6 +153,7 @@ class Sidecar:
             parallel_tool_calls=model.parallel_tool_calls,
             transport=model.transport,
             on_error=self.telemetry.model_error_hook(model.model),
+            redact=self.redact,
         )
 
     async def _open_state(self, model: Model) -> ContextAssembler:
@@ -157,7 +188,12 @@ class Sidecar:
         self._model = await self._start_model()
         context = await self._open_state(self._model)
         loop = AgentLoop(
-            self._model, self.catalog, self.connections, self.config.profiles, self.results
+            self._model,
+            self.catalog,
+            self.connections,
+            self.config.profiles,
+            self.results,
+            redact=self.redact,
         )
         options = [
             ("grpc.max_send_message_length", self.config.server.max_message_bytes),
@@ -256,7 +292,11 @@ class Sidecar:
 
 
 async def serve(
-    config: SidecarConfig, *, api_key: str | None, postgres_dsn: str | None = None
+    config: SidecarConfig,
+    *,
+    api_key: str | None,
+    postgres_dsn: str | None = None,
+    redactor: Redactor | None = None,
 ) -> None:
     """Run the sidecar until SIGTERM or SIGINT, then drain and return.
 
@@ -264,8 +304,10 @@ async def serve(
         config: The validated configuration.
         api_key: The model's API key (read from the environment by the command).
         postgres_dsn: The shared store's connection string, when it uses one.
+        redactor: Redacts secrets; unset: one made of the key, the store's password and
+            the configured patterns.
     """
-    sidecar = Sidecar(config, api_key=api_key, postgres_dsn=postgres_dsn)
+    sidecar = Sidecar(config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor)
     port = await sidecar.start()
     # Start-up objects (modules, clients, schemas) live as long as the process; left in
     # sight of the collector, every full collection walks them all, a pause paid by the

@@ -15,6 +15,9 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentsidecar.logs import FORMATS, LEVELS, configure_logging
+from sidecar.telemetry import own_version
+
 
 def _run(main: Coroutine[Any, Any, Any]) -> Any:
     try:
@@ -26,8 +29,15 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.api.server import serve
-    from sidecar.config import load_config, parse_config, resolve_api_key, resolve_postgres_dsn
+    from sidecar.config import (
+        dsn_password,
+        load_config,
+        parse_config,
+        resolve_api_key,
+        resolve_postgres_dsn,
+    )
     from sidecar.errors import ConfigError, TelemetryUnavailable
+    from sidecar.redaction import LogRedaction, Redactor
 
     try:
         config = load_config(args.config) if args.config else parse_config({})
@@ -41,11 +51,12 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.errors import SessionStoreError
 
     try:
-        secrets = {
-            "api_key": resolve_api_key(config.model, os.environ),
-            "postgres_dsn": resolve_postgres_dsn(config.sessions.postgres, os.environ),
-        }
-        _run(serve(config, **secrets))
+        api_key = resolve_api_key(config.model, os.environ)
+        dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
+        redactor = Redactor([api_key, dsn_password(dsn)], config.security.redact)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(LogRedaction(redactor))  # no secret in any log line
+        _run(serve(config, api_key=api_key, postgres_dsn=dsn, redactor=redactor))
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2
@@ -97,28 +108,75 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agent-sidecar", description=__doc__)
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _level(text: str) -> str:
+    if text.upper() not in LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log level: {', '.join(LEVELS)}")
+    return text.upper()
 
-    serve = commands.add_parser("serve", help="serve AgentService over gRPC")
+
+def _logging_flags(defaults: bool) -> argparse.ArgumentParser:
+    """``--log-level`` and ``--log-format``, accepted before or after the command."""
+    flags = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS
+    flags.add_argument(
+        "--log-level",
+        type=_level,
+        default="WARNING" if defaults else unset,
+        help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL",
+    )
+    flags.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text" if defaults else unset,
+        help="text (default) or json: one JSON object per line, for log collectors",
+    )
+    return flags
+
+
+def _no_simulator(args: argparse.Namespace) -> int:
+    print(
+        "agent-sidecar: the LLM simulator (the llmsim package) is not installed here",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="agent-sidecar", description=__doc__, parents=[_logging_flags(defaults=True)]
+    )
+    parser.add_argument("--version", action="version", version=f"agent-sidecar {own_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    logging_flags = _logging_flags(defaults=False)
+
+    serve = commands.add_parser(
+        "serve", help="serve AgentService over gRPC", parents=[logging_flags]
+    )
     serve.add_argument("--config", help="YAML configuration file (default: built-in defaults)")
     serve.add_argument("--port", type=int, help="override server.port (0 picks a free port)")
     serve.set_defaults(handler=_serve)
 
-    from llmsim import add_arguments
+    sim = commands.add_parser(
+        "llm-sim", help="run the built-in LLM simulator (not a model)", parents=[logging_flags]
+    )
+    try:
+        from llmsim import add_arguments
+    except ImportError:  # a production image without the simulator
+        sim.set_defaults(handler=_no_simulator)
+    else:
+        add_arguments(sim)
+        sim.set_defaults(handler=_llm_sim)
 
-    sim = commands.add_parser("llm-sim", help="run the built-in LLM simulator (not a model)")
-    add_arguments(sim)
-    sim.set_defaults(handler=_llm_sim)
-
-    demo = commands.add_parser("demo", help="run the founding and pre-sales scenarios")
+    demo = commands.add_parser(
+        "demo", help="run the founding and pre-sales scenarios", parents=[logging_flags]
+    )
     demo.add_argument("--json", action="store_true", help="print each run's result as JSON")
     demo.set_defaults(handler=_demo)
 
     report = commands.add_parser(
-        "report", help="print the latency bill of timeline logs and chart it (PNG)"
+        "report",
+        help="print the latency bill of timeline logs and chart it (PNG)",
+        parents=[logging_flags],
     )
     report.add_argument("logs", nargs="+", metavar="TIMELINE_LOG", help="timeline log (JSONL)")
     report.add_argument("--png", help="chart path (default: the first log's, ending .png)")
@@ -126,11 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.set_defaults(handler=_report)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     handler = args.handler
     return int(handler(args))
 

@@ -42,7 +42,7 @@ class OpenAICompatibleModel:
         self,
         *,
         base_url: str,
-        api_key: str,
+        api_key: str | None,
         model: str,
         retry: RetryPolicy,
         timeout: float,
@@ -51,8 +51,10 @@ class OpenAICompatibleModel:
         parallel_tool_calls: bool = True,
         transport: str = "direct",
         on_error: Callable[[ModelError], None] | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.name = model
+        self._redact = redact
         self._on_error = on_error
         kind = DirectTransport if transport == "direct" else SdkTransport
         self._transport: Transport = kind(base_url, api_key, timeout)
@@ -104,6 +106,10 @@ class OpenAICompatibleModel:
                     return await self._stream(request, timeout, sink, on_tool_call)
                 return await self._create(request, timeout)
             except ModelError as exc:
+                if self._redact is not None:
+                    # A provider's error body may echo the key, or another secret.
+                    exc.message = self._redact(exc.message)
+                    exc.args = (exc.message,)
                 if exc.code == "model_timeout" and timeout == remaining:
                     # The run's own deadline cut the request off, not a slow endpoint.
                     exc = ModelError(

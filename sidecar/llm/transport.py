@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import AsyncGenerator, Mapping
+from importlib import metadata
 from typing import Any, Protocol
 
 import httpx2
@@ -33,6 +34,16 @@ from sidecar.errors import (
 )
 from sidecar.llm.http import HttpClient, Response
 
+
+def _version() -> str:
+    try:
+        return metadata.version("agent-sidecar")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+USER_AGENT = f"agent-sidecar/{_version()}"
+"""What sends model requests: this sidecar (each transport adds how)."""
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 498, 500, 502, 503, 504})
 _REJECTED_CODES = {
     401: "model_unauthenticated",
@@ -66,13 +77,17 @@ class Transport(Protocol):
 class SdkTransport:
     """Through ``openai.AsyncOpenAI``: raw bytes in, raw response out."""
 
-    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
+        headers: dict[str, Any] = {"User-Agent": f"{USER_AGENT} openai-python/{openai.__version__}"}
+        if api_key is None:
+            headers["Authorization"] = openai.Omit()  # a keyless endpoint gets no header
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
-            api_key=api_key,
+            api_key=api_key or "keyless",
             max_retries=0,
             timeout=timeout,
             http_client=openai.DefaultAioHttpClient(),
+            default_headers=headers,
         )
 
     async def _post(self, body: bytes, timeout: float, stream: bool) -> httpx2.Response:
@@ -118,13 +133,14 @@ class SdkTransport:
 class DirectTransport:
     """Straight over :class:`~sidecar.llm.http.HttpClient`, with the headers the SDK sends."""
 
-    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
         headers = {
-            "Authorization": f"Bearer {api_key}",
             "Content-Type": "application/json",
             "Accept": "application/json",
-            "User-Agent": f"agent-sidecar (openai-python {openai.__version__})",
+            "User-Agent": f"{USER_AGENT} (direct transport)",
         }
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
         self._client = HttpClient(base_url.rstrip("/") + "/chat/completions", headers)
 
     @contextlib.asynccontextmanager

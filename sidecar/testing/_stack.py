@@ -85,6 +85,7 @@ def sidecar_config(
         "model": {
             "base_url": f"http://{simulator_address}/openai/v1",
             "model": SIMULATOR_MODEL,
+            "keyless": True,
         },
         "profiles": dict(profiles or {"default": {}}),
         "tool_servers": [{"name": n, "address": a} for n, a in tool_servers.items()]

@@ -214,10 +214,12 @@ class Dispatcher:
         catalog: ToolCatalog,
         connections: Mapping[str, ToolServerConnection],
         results: ResultCache | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self._catalog = catalog
         self._connections = connections
         self.results = results
+        self._redact = redact
 
     async def run_step(
         self, scope: StepScope, calls: Sequence[ToolCall], early: EarlyCalls | None = None
@@ -341,7 +343,9 @@ class Dispatcher:
             start = clock.now()
         if scope.sink is not None:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
-        attempt = _Attempt(self._connections[tool.server], tool, call, scope.deadline, metadata)
+        attempt = _Attempt(
+            self._connections[tool.server], tool, call, scope.deadline, metadata, self._redact
+        )
         try:
             result = await attempt.run()
         except BreakerOpenError:
@@ -403,6 +407,7 @@ class _Attempt:
         "_deadline",
         "_metadata",
         "_own_timeout",
+        "_redact",
         "_request",
         "_tool",
         "allowed",
@@ -416,8 +421,10 @@ class _Attempt:
         call: ToolCall,
         deadline: float,
         metadata: Sequence[tuple[str, str]],
+        redact: Callable[[str], str] | None,
     ) -> None:
         self._connection = connection
+        self._redact = redact
         self._tool = tool
         self._call = call
         self._metadata = metadata
@@ -471,6 +478,8 @@ class _Attempt:
         handler: float | None = None,
         breaker_rejected: bool = False,
     ) -> ToolOutcome:
+        if self._redact is not None:
+            content = self._redact(content)  # what the model, the caller and the store see
         return ToolOutcome(
             call_id=self._call.id,
             tool_name=self._call.name,

@@ -48,6 +48,7 @@ def sidecar_config(
     model = {
         "base_url": f"http://{sim.address}/openai/v1",
         "model": MODEL,
+        "keyless": True,
         "retry": {"max_attempts": 3, "initial_backoff": 0.02, "max_backoff": 0.5},
     }
     return testing.sidecar_config(

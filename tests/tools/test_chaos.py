@@ -83,6 +83,7 @@ def _config(sim: ServerProcess, tools: ChaosTools, *, tool_timeout: float) -> di
         model={
             "base_url": f"http://{sim.address}/openai/v1",
             "model": "simulated-model",
+            "keyless": True,
             "timeout": MODEL_TIMEOUT,
             "retry": {"max_attempts": MODEL_ATTEMPTS, "initial_backoff": 0.02, "max_backoff": 0.2},
         },

@@ -145,8 +145,8 @@ Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending s
 {{- if and (eq $store "postgres") (not .Values.postgres.existingSecret) (not (($config.sessions | default dict).postgres | default dict).dsn) }}
 {{- fail "config.sessions.store: postgres needs postgres.existingSecret (a Secret holding the DSN, password included)" }}
 {{- end }}
-{{- if and (not .Values.modelKey.existingSecret) (not $model.base_url) (not .Values.devSimulator.enabled) }}
-{{- fail "set modelKey.existingSecret to the Secret holding the model API key (or config.model.base_url for a keyless OpenAI-compatible endpoint, or devSimulator.enabled=true to try the chart with the LLM simulator)" }}
+{{- if and (not .Values.modelKey.existingSecret) (not $model.keyless) (not .Values.devSimulator.enabled) }}
+{{- fail "set modelKey.existingSecret to the Secret holding the model API key (or config.model.base_url with config.model.keyless=true for an OpenAI-compatible endpoint that takes no key, or devSimulator.enabled=true to try the chart with the LLM simulator)" }}
 {{- end }}
 {{- if and .Values.devSimulator.enabled $model.base_url }}
 {{- fail "devSimulator.enabled points config.model.base_url at the simulator: leave config.model.base_url unset" }}
@@ -207,6 +207,7 @@ The sidecar's configuration file: .Values.config with the keys the chart owns se
 {{- $model := $c.model | default dict }}
 {{- if .Values.devSimulator.enabled }}
 {{- $_ := set $model "base_url" (printf "http://%s.%s.svc.%s:%d/openai/v1" (include "agent-sidecar.simulatorName" .) .Release.Namespace .Values.clusterDomain (int .Values.devSimulator.port)) }}
+{{- $_ := set $model "keyless" true }}
 {{- end }}
 {{- if $model }}
 {{- $_ := set $c "model" $model }}

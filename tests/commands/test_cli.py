@@ -1,0 +1,54 @@
+"""The command lines as a newcomer and an operator use them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sidecar import testing
+from sidecar.telemetry import own_version
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_version_prints_the_version_and_exits_zero() -> None:
+    done = run("-m", "sidecar", "--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"agent-sidecar {own_version()}")
+
+
+def test_a_bad_log_level_is_a_clear_error_not_a_traceback() -> None:
+    done = run("-m", "sidecar", "serve", "--log-level", "loud")
+    assert done.returncode == 2
+    assert "'loud' is not a log level" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_takes_its_log_level_and_format_after_the_command(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    config = testing.sidecar_config(
+        "127.0.0.1:9", {}, model={"base_url": "http://127.0.0.1:9/v1", "keyless": True}
+    )
+    with open(log, "w") as stderr:
+        side = testing.sidecar(
+            config, tmp_path, flags=["--log-level", "info", "--log-format", "json"], stderr=stderr
+        )
+        side.stop()
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    assert any(line["level"] == "INFO" for line in lines)
+
+
+def test_the_tool_server_command_prints_help_and_exits_zero() -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "agent-toolserver"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0 and "usage: agent-toolserver" in done.stdout

@@ -1,0 +1,122 @@
+"""Secrets never leave the process: the redactor, and a real sidecar's errors, events and log."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentsidecar.client import AgentClient
+from sidecar import testing
+from sidecar.config import dsn_password
+from sidecar.redaction import MARK, LogRedaction, Redactor
+from sidecar.testing import wait_serving
+from tests.support import SUPPORT
+from tests.support.stack import SimControl, sidecar, sidecar_config, simulator
+
+SECRETS = st.text(
+    alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=6, max_size=48
+)
+TEXT = st.text(max_size=60)
+
+
+@given(secret=SECRETS, before=TEXT, after=TEXT, form=st.sampled_from(["plain", "json", "url"]))
+def test_a_secret_never_survives_redaction_in_any_of_its_forms(
+    secret: str, before: str, after: str, form: str
+) -> None:
+    shown = {"plain": secret, "json": json.dumps(secret)[1:-1], "url": quote(secret, safe="")}[form]
+    redacted = Redactor([secret])(before + shown + after)
+    assert shown not in redacted
+    assert MARK in redacted
+
+
+@given(text=st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=80))
+def test_text_without_a_secret_is_left_as_it_is(text: str) -> None:
+    redact = Redactor(["correct horse battery staple"])
+    if "gsk_" in text or "sk-" in text or "earer" in text.lower():
+        return
+    assert redact(text) is text
+
+
+def test_provider_keys_and_bearer_tokens_are_redacted_without_configuration() -> None:
+    redact = Redactor()
+    text = "key gsk_" + "a" * 40 + " and sk-proj-" + "b" * 30 + " and Bearer abcdefghijklmnop"
+    assert redact(text) == f"key {MARK} and {MARK} and {MARK}"
+
+
+def test_configured_patterns_and_the_stores_password_are_redacted() -> None:
+    redact = Redactor([dsn_password("postgresql://app:s3cr3t-pw@db/x")], [r"acct-\d{6}"])
+    assert redact("login s3cr3t-pw for acct-123456") == f"login {MARK} for {MARK}"
+    assert dsn_password("host=db user=app password='p w!x' dbname=x") == "p w!x"
+
+
+def test_a_log_record_and_its_traceback_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "hunter2-secret"
+    handler = logging.StreamHandler()
+    handler.addFilter(LogRedaction(Redactor([secret])))
+    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "key %s", (secret,), None)
+    try:
+        raise RuntimeError(f"failed with {secret}")
+    except RuntimeError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    handler.filter(record)
+    assert secret not in handler.format(record)
+
+
+async def test_a_providers_error_body_echoing_the_key_never_reaches_the_caller_or_the_log(
+    tmp_path: Path,
+) -> None:
+    key = "gsk_live_" + "Z9" * 16  # the shape of a Groq key
+    log = tmp_path / "sidecar.log"
+    with simulator() as sim:
+        config = sidecar_config(sim, [])
+        config["model"]["api_key_env"] = "TEST_MODEL_KEY"
+        config["model"]["retry"] = {"max_attempts": 1}
+        with (
+            open(log, "w") as stderr,  # noqa: ASYNC230 - the child process writes it
+            testing.sidecar(
+                config,
+                tmp_path,
+                env={"TEST_MODEL_KEY": key},
+                stderr=stderr,
+                flags=["--log-level", "INFO"],
+            ) as side,
+        ):
+            wait_serving(side.address)
+            body = {
+                "error": {"message": f"Invalid API Key: {key}", "type": "invalid_request_error"}
+            }
+            await SimControl(sim.address).faults(
+                {"kind": "raw", "status": 401, "body": json.dumps(body)}
+            )
+            async with AgentClient(side.address) as client:
+                session = await client.create_session()
+                result = (await client.run(session.session_id, "hi")).result
+    assert result.error.code == "model_unauthenticated"
+    assert key not in result.error.message and MARK in result.error.message
+    assert key not in log.read_text()
+
+
+async def test_a_tool_result_carrying_a_secret_reaches_no_one_with_it(tmp_path: Path) -> None:
+    token = "gsk_" + "t" * 32
+    with simulator() as sim:
+        with testing.tool_server(
+            str(SUPPORT / "named_toolserver.py"), "--label", token, "--tools", "leaky"
+        ) as tools:
+            config = sidecar_config(sim, [{"name": "tools", "address": tools.address}])
+            with sidecar(config, tmp_path) as side:
+                async with AgentClient(side.address) as client:
+                    await client.wait_ready(10)
+                    session = await client.create_session()
+                    events = [e async for e in client.stream(session.session_id, "use leaky")]
+                    stored = await client.get_session(session.session_id)
+    finished = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+    assert finished and all(token not in f.content and MARK in f.content for f in finished)
+    assert token not in str(events) and token not in str(stored)
