@@ -11,7 +11,8 @@ it picks a status code::
     │   └── TelemetryUnavailable  telemetry is configured but cannot start
     ├── RequestError              a caller's request cannot be served as asked
     │   ├── InvalidRequest        fields of the request are invalid (each one named)
-    │   │   └── InputTooLarge     the user input is longer than the profile allows
+    │   │   ├── InputTooLarge     the user input is longer than the profile allows
+    │   │   └── MalformedRequest  the request's bytes are not a valid message
     │   ├── SessionNotFound       no such session (never created, deleted, expired)
     │   ├── ProfileNotFound       no such agent profile in the configuration
     │   ├── CallNotPending        no such tool call is waiting for approval
@@ -49,6 +50,7 @@ __all__ = [
     "HttpError",
     "InputTooLarge",
     "InvalidRequest",
+    "MalformedRequest",
     "ModelError",
     "ModelRequestRejected",
     "ModelUnavailable",
@@ -151,6 +153,13 @@ class InputTooLarge(InvalidRequest):
             [FieldViolation("input", f"is {length} characters; the profile allows {limit}")]
         )
         self.metadata = {"limit": str(limit), "length": str(length)}
+
+
+class MalformedRequest(InvalidRequest):
+    """The request's bytes do not decode as the message the method takes."""
+
+    def __init__(self, message_type: str) -> None:
+        super().__init__([FieldViolation("(request)", f"is not a valid {message_type}")])
 
 
 _SESSION = "agentsidecar.v1.Session"

@@ -20,11 +20,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agentsidecar.reflection import enable_reflection
-from agentsidecar.v1 import agent_pb2, agent_pb2_grpc, tool_pb2
+from agentsidecar.v1 import agent_pb2, tool_pb2
 from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
-from sidecar.api.service import AgentServicer
+from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.config import GROQ_BASE_URL, SidecarConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
@@ -213,7 +213,7 @@ class Sidecar:
         if self.telemetry.metrics is not None:
             metrics = self.config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(self._servicer, server)
+        add_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
         for name in ("", SERVICE_NAME):

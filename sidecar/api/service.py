@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
 from sidecar.api import convert
 from sidecar.api.status import internal_status, to_status
-from sidecar.errors import InvalidRequest, SidecarError
+from sidecar.errors import InvalidRequest, MalformedRequest, SidecarError
 from sidecar.types import BudgetOverrun, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Usage
 
 log = logging.getLogger(__name__)
@@ -261,3 +262,63 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             sink.put(run_finished=convert.run_result(outcome))
         finally:
             queue.put_nowait(None)
+
+
+def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
+    """Serve ``servicer`` on ``server``, decoding each request ourselves.
+
+    Left to grpc, a request whose bytes are not a valid message fails inside grpc's
+    deserializer, and the caller gets UNKNOWN with nothing to act on. Here the raw bytes
+    reach a wrapper that decodes them: undecodable bytes are INVALID_ARGUMENT with the
+    reason MALFORMED_REQUEST, like any other bad request.
+    """
+    service = agent_pb2.DESCRIPTOR.services_by_name["AgentService"]
+    handlers = {}
+    for method in service.methods:
+        request_type = getattr(agent_pb2, method.input_type.name)
+        response_type = getattr(agent_pb2, method.output_type.name)
+        implementation = getattr(servicer, method.name)
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _decoding_stream(implementation, request_type),
+                response_serializer=response_type.SerializeToString,
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _decoding(implementation, request_type),
+                response_serializer=response_type.SerializeToString,
+            )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _decode(request_type: Any, raw: bytes) -> Any:
+    try:
+        return request_type.FromString(raw)
+    except DecodeError:
+        raise MalformedRequest(request_type.DESCRIPTOR.full_name) from None
+
+
+def _decoding(implementation: Any, request_type: Any) -> Any:
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = _decode(request_type, raw)
+        except MalformedRequest as exc:
+            await _abort(context, exc)
+        return await implementation(request, context)
+
+    return handler
+
+
+def _decoding_stream(implementation: Any, request_type: Any) -> Any:
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            request = _decode(request_type, raw)
+        except MalformedRequest as exc:
+            await _abort(context, exc)
+        async for response in implementation(request, context):
+            yield response
+
+    return handler

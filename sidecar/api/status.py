@@ -28,6 +28,7 @@ from sidecar.errors import (
     Draining,
     InputTooLarge,
     InvalidRequest,
+    MalformedRequest,
     ProfileNotFound,
     ProfileRemoved,
     RequestError,
@@ -54,6 +55,7 @@ class _Entry:
 _TABLE: dict[type[SidecarError], _Entry] = {
     InvalidRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST"),
     InputTooLarge: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INPUT_TOO_LARGE"),
+    MalformedRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_REQUEST"),
     SessionNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     ProfileNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "PROFILE_NOT_FOUND"),
     CallNotPending: _Entry(grpc.StatusCode.NOT_FOUND, "CALL_NOT_PENDING"),

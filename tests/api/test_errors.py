@@ -16,6 +16,8 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentsidecar.client import AgentClient
 from agentsidecar.errors import DOMAIN, ErrorDetails, error_details
@@ -235,3 +237,69 @@ def test_every_reason_is_documented_in_the_proto_and_the_docs() -> None:
     for reason, code in REASONS.items():
         assert re.search(rf"\b{reason}\b", proto), reason
         assert re.search(rf"`{reason}`\s*\|\s*`?{code.name}`?", docs), reason
+
+
+METHODS = [
+    "CreateSession",
+    "GetSession",
+    "DeleteSession",
+    "Run",
+    "ApproveToolCall",
+    "ListSessionTools",
+]
+
+
+async def raw_call(
+    client: AgentClient, method: str, payload: bytes, stream: bool = False
+) -> grpc.StatusCode:
+    channel = client._channel
+    path = f"/agentsidecar.v1.AgentService/{method}"
+    identity = lambda b: b  # noqa: E731 - bytes as they are, on both sides
+    try:
+        if stream:
+            call = channel.unary_stream(
+                path, request_serializer=identity, response_deserializer=identity
+            )
+            async for _ in call(payload, timeout=10):
+                pass
+        else:
+            call = channel.unary_unary(
+                path, request_serializer=identity, response_deserializer=identity
+            )
+            await call(payload, timeout=10)
+    except grpc.aio.AioRpcError as exc:
+        details = error_details(exc)
+        assert details.code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL), details
+        if details.code == grpc.StatusCode.INVALID_ARGUMENT:
+            assert details.reason in ("MALFORMED_REQUEST", "INVALID_REQUEST", "INPUT_TOO_LARGE")
+        return details.code
+    return grpc.StatusCode.OK
+
+
+@pytest.mark.parametrize("method", [*METHODS, "StreamRun"])
+async def test_bytes_that_are_no_request_are_malformed_not_unknown(
+    client: AgentClient, method: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        channel = client._channel
+        path = f"/agentsidecar.v1.AgentService/{method}"
+        if method == "StreamRun":
+            async for _ in channel.unary_stream(path)(b"\xff\xff\xff", timeout=10):
+                pass
+        else:
+            await channel.unary_unary(path)(b"\xff\xff\xff", timeout=10)
+    details = error_details(info.value)
+    assert (details.code, details.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_REQUEST")
+
+
+@given(payload=st.binary(max_size=64), method=st.sampled_from([*METHODS, "StreamRun"]))
+@settings(max_examples=40)
+def test_any_bytes_to_any_method_get_a_status_a_caller_can_act_on(
+    stack: dict[str, ServerProcess], payload: bytes, method: str
+) -> None:
+    async def call() -> None:
+        async with AgentClient(stack["sidecar"].address) as c:
+            await raw_call(c, method, payload, stream=method == "StreamRun")
+            await c.wait_ready(5)  # still serving
+
+    asyncio.run(call())

@@ -47,6 +47,8 @@ class AgentServiceStub:
     or digit; docs/errors.md lists every limit.
     - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
     profile allows (ErrorInfo.metadata["limit"]).
+    - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
+    as the method's request message.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
@@ -128,6 +130,8 @@ class AgentServiceServicer:
     or digit; docs/errors.md lists every limit.
     - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
     profile allows (ErrorInfo.metadata["limit"]).
+    - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
+    as the method's request message.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
@@ -270,6 +274,8 @@ class AgentService:
     or digit; docs/errors.md lists every limit.
     - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
     profile allows (ErrorInfo.metadata["limit"]).
+    - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
+    as the method's request message.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
