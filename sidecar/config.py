@@ -106,6 +106,10 @@ class ToolServerConfig(_Strict):
     """The server's circuit breaker."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
+    max_result_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest response accepted from the server; a larger tool result is that call's
+    error (the model is told to ask for less), never retried, and never counted against
+    the server's breaker."""
 
 
 class ModelConfig(_Strict):

@@ -49,7 +49,8 @@ class ToolServerConnection:
     ) -> None:
         self.config = config
         self.name = config.name
-        self.channel = grpc.aio.insecure_channel(config.address, options=_CHANNEL_OPTIONS)
+        options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", config.max_result_bytes)]
+        self.channel = grpc.aio.insecure_channel(config.address, options=options)
         self.stub = tool_pb2_grpc.ToolServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self.breaker = CircuitBreaker(

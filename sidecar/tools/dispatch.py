@@ -53,6 +53,9 @@ _SERVER_FAULTS = frozenset(
     }
 )
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+# How grpc's client says a response exceeded grpc.max_receive_message_length (after
+# "Stream removed (CLIENT: ", in grpc 1.85).
+_TOO_LARGE = "CLIENT: Received message larger than max"
 
 Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
 
@@ -105,10 +108,12 @@ class _Tries:
 class _Failed(Exception):
     """An attempt failed with a gRPC status; carries what the outcome needs."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    def __init__(self, code: grpc.StatusCode, details: str, *, too_large: bool = False):
         super().__init__(details)
         self.code = code
         self.details = details
+        self.too_large = too_large
+        """The result exceeded what the sidecar accepts (``max_result_bytes``)."""
 
 
 @dataclass(slots=True)
@@ -454,7 +459,9 @@ class _Attempt:
             # Retries only for idempotent tools, only on codes that say "try again";
             # tenacity's bookkeeping is paid only then.
             retry = self._connection.config.retry
-            if not (self._tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE):
+            if exc.too_large or not (
+                self._tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE
+            ):
                 raise
             return await _retry(self._once, retry, self._deadline, exc, self.tries)
 
@@ -555,6 +562,12 @@ async def _call(
         )
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
+        details = exc.details() or ""
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details:
+            # This call's result is too large for us: the call's error, not a sign of
+            # the server's health (never retried, never counted against its breaker).
+            breaker.record_success(permit)
+            raise _Failed(code, details, too_large=True) from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED and not own_timeout:
             breaker.release(permit)
         elif code in _SERVER_FAULTS:
@@ -563,7 +576,7 @@ async def _call(
             breaker.release(permit)
         else:
             breaker.record_success(permit)  # the server answered sanely
-        raise _Failed(code, exc.details() or "") from None
+        raise _Failed(code, details) from None
     except BaseException:
         breaker.release(permit)
         raise
@@ -573,6 +586,12 @@ async def _call(
 
 def _describe(name: str, exc: _Failed) -> tuple[ToolCallStatus, str]:
     code = exc.code
+    if exc.too_large:
+        return (
+            ToolCallStatus.ERROR,
+            f"the result of {name} is larger than the sidecar accepts; ask for less "
+            f"({exc.details})",
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ToolCallStatus.TIMED_OUT, f"tool {name} timed out; answer without it or try later"
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):

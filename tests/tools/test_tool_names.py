@@ -12,7 +12,15 @@ from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from sidecar import testing
 from tests.support import SUPPORT
-from tests.support.stack import SimControl, sidecar, sidecar_config, simulator
+from tests.support.stack import (
+    SimControl,
+    finished_calls,
+    scripted_toolserver,
+    sidecar,
+    sidecar_config,
+    simulator,
+    tool_stats,
+)
 
 
 def named(label: str, tools: str, *flags: str) -> testing.ServerProcess:
@@ -121,3 +129,35 @@ async def test_a_format_string_as_a_key_template_disables_only_its_tool(tmp_path
     assert listed == ["attr", "ok"]  # a path of names is looked up as keys: harmless
     assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
     assert rss < 200
+
+
+async def test_a_result_over_the_limit_is_the_calls_error_not_the_servers(tmp_path: Path) -> None:
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(
+            sim,
+            [
+                {
+                    "name": "scripted",
+                    "address": tools.address,
+                    "max_result_bytes": 65536,
+                    "retry": {"max_attempts": 3, "initial_backoff": 0.0},
+                    "breaker": {"failure_threshold": 2, "reset_timeout": 60},
+                }
+            ],
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(10)
+                results = []
+                for i in range(3):
+                    session = await client.create_session()
+                    text = f"call big_read with tag=t{i} size=200000"
+                    events = [e async for e in client.stream(session.session_id, text)]
+                    results.append(finished_calls(events)["big_read"])
+                tools_now = await client.list_tools(session.session_id)
+            stats = await tool_stats(tools.address)
+    assert all(r.status == agent_pb2.TOOL_CALL_STATUS_ERROR for r in results)
+    assert all("larger than the sidecar accepts" in r.content and r.attempts == 1 for r in results)
+    assert stats["calls"]["big_read"] == 3  # never retried
+    availability = {t.tool.name: t.availability for t in tools_now}
+    assert availability["big_read"] == agent_pb2.TOOL_AVAILABILITY_AVAILABLE  # breaker closed
