@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import logging
 import time
@@ -25,6 +26,7 @@ import uuid
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sidecar.agent.approvals import Approvals, Decision
 from sidecar.agent.cost import PriceTable
@@ -72,6 +74,7 @@ a session forever."""
 _RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
 _DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another replica)
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+_STOP_WAIT = 10.0  # seconds a delete or a drain waits for a stopped turn to unwind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +105,18 @@ def _page_start(token: str, session_id: str, turns: int) -> int:
     if check != f"{zlib.crc32(session_id.encode()):08x}" or not 0 <= offset <= turns:
         raise InvalidRequest.field("page_token", "belongs to another session or read")
     return offset
+
+
+@dataclass(slots=True)
+class _Running:
+    """A turn in flight in this process, so it can be stopped (delete, drain)."""
+
+    task: asyncio.Task[Any]
+    stopped: StopReason | None = None
+    """Why the sidecar stopped the turn, once it did."""
+    why: str = ""
+    in_loop: bool = False
+    done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -150,6 +165,7 @@ class Agent:
         self.prices = prices or PriceTable({})
         self.approvals = Approvals()
         self.max_response_bytes = max_response_bytes
+        self._running: dict[str, _Running] = {}  # by session id
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -182,6 +198,21 @@ class Agent:
         # A timer whose end moves with each refusal, not a poll for a condition.
         while (left := self._last_refusal + quiet - time.monotonic()) > 0:  # noqa: ASYNC110
             await asyncio.sleep(left)
+
+    async def interrupt_all(self, why: str) -> None:
+        """Stop every turn in flight, each ending INTERRUPTED with ``why`` (its caller
+        gets a result, and the turn is stored); wait until they have unwound."""
+        running = list(self._running.values())
+        for entry in running:
+            self._stop(entry, StopReason.INTERRUPTED, why)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_STOP_WAIT):
+                await asyncio.gather(*(entry.done.wait() for entry in running))
+
+    def _stop(self, running: _Running, reason: StopReason, why: str) -> None:
+        if running.stopped is None and running.in_loop:
+            running.stopped, running.why = reason, why
+            running.task.cancel()
 
     def _refuse_if_draining(self) -> None:
         if self.draining:
@@ -263,6 +294,15 @@ class Agent:
             InvalidRequest: the id is empty.
         """
         check_id(session_id, "session_id")
+        running = self._running.get(session_id)
+        if running is not None:
+            # Nothing of a deleted session's turn may run afterwards: its pending approvals
+            # are denied, its run cancelled, and the delete waits until it has unwound.
+            self.approvals.deny_session(session_id, "the session was deleted")
+            self._stop(running, StopReason.CANCELLED, "the session was deleted")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_STOP_WAIT):
+                    await running.done.wait()
         return await self.store.delete(session_id)
 
     async def session_tools(
@@ -383,8 +423,12 @@ class Agent:
         self._idle.clear()
         result: RunResultWithMessages | None = None
         window = None
+        task = asyncio.current_task()
+        assert task is not None
+        running = self._running[session.session_id] = _Running(task)
         try:
             try:
+                running.in_loop = True
                 window = self.context.window(
                     session,
                     profile.name,
@@ -404,10 +448,17 @@ class Agent:
                     clock=clock,
                     trace=trace,
                 )
+            except asyncio.CancelledError:
+                if running.stopped is None:
+                    raise  # the caller left
+                task.uncancel()  # the sidecar stopped the run: it ends with a result
+                result = _stopped(running.stopped, running.why, clock)
             except Exception:
                 # A bug, not a run failure: the turn is stored as failed, never as
                 # cancelled, and the caller learns an error id, not the exception.
                 result = _internal_failure(turn.run_id, clock)
+            finally:
+                running.in_loop = False
             return result.outcome
         finally:
             outcome = result.outcome if result is not None else None
@@ -434,6 +485,9 @@ class Agent:
                 self._active -= 1
                 if self._active == 0:
                     self._idle.set()
+                if self._running.get(session.session_id) is running:
+                    del self._running[session.session_id]
+                running.done.set()
                 end = clock.now()
                 if outcome is not None:
                     outcome.add_persistence(persisting, end)
@@ -472,5 +526,21 @@ def _internal_failure(run_id: str, clock: Clock) -> RunResultWithMessages:
         error=RunError(
             "internal", f"internal error {error_id}; the sidecar's log has the details", False
         ),
+    )
+    return RunResultWithMessages(outcome, [])
+
+
+def _stopped(reason: StopReason, why: str, clock: Clock) -> RunResultWithMessages:
+    """The outcome of a run the sidecar stopped (the session deleted, the drain over)."""
+    code = "session_deleted" if reason is StopReason.CANCELLED else "interrupted"
+    outcome = RunOutcome(
+        answer="",
+        stop_reason=reason,
+        usage=Usage(),
+        stages=[],
+        total=clock.now(),
+        steps=0,
+        tool_calls=0,
+        error=RunError(code, why, reason is StopReason.INTERRUPTED),
     )
     return RunResultWithMessages(outcome, [])

@@ -54,3 +54,9 @@ class Approvals:
         if future is None or future.done():
             raise CallNotPending(session_id, call_id)
         future.set_result(decision)
+
+    def deny_session(self, session_id: str, reason: str) -> None:
+        """Deny every call of ``session_id`` still waiting for a decision."""
+        for (session, _), future in list(self._waiting.items()):
+            if session == session_id and not future.done():
+                future.set_result(Decision(False, reason))

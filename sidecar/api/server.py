@@ -261,7 +261,10 @@ class Sidecar:
                 async with asyncio.timeout_at(deadline):
                     await agent.wait_idle()
             except TimeoutError:
-                log.warning("grace period over; cancelling the runs still in flight")
+                log.warning("grace period over; interrupting the runs still in flight")
+                # Each ends INTERRUPTED with a result its caller receives (run_finished
+                # stays the last event of every stream), and is stored as such.
+                await agent.interrupt_all("the sidecar stopped before the run ended")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
                     await agent.wait_refusals_settled(_REFUSALS_QUIET)

@@ -8,6 +8,7 @@ call's arguments, and a decision for it runs that call and no other.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,3 +132,88 @@ def test_whatever_ids_the_model_sends_exactly_the_approved_calls_run(
 
     ran = refunds_executed(stack["tools"])[len(before) :]
     assert sorted(ran) == sorted(o for o in ORDERS[: len(ids)] if o in approved)
+
+
+def test_deleting_a_running_session_denies_its_pending_call_and_nothing_of_it_runs_after(
+    stack: dict[str, Any],
+) -> None:
+    stub = stack["stub"]
+    before = refunds_executed(stack["tools"])
+    control(stack["sim"], "/reset")
+    frames = stream_of_calls([{"id": "r", "order": "z"}])
+    control(stack["sim"], "/faults", {"faults": [{"kind": "raw", "frames": frames}]})
+    session = stub.CreateSession(agent_pb2.CreateSessionRequest(), timeout=10).session.session_id
+    stream = stub.StreamRun(
+        agent_pb2.StreamRunRequest(session_id=session, input="refund"), timeout=30
+    )
+    events = []
+    for event in stream:
+        events.append(event)
+        if event.WhichOneof("event") == "approval_required":
+            deleted = stub.DeleteSession(
+                agent_pb2.DeleteSessionRequest(session_id=session), timeout=10
+            ).deleted
+            with pytest.raises(grpc.RpcError) as late:  # the call is no longer waiting
+                stub.ApproveToolCall(
+                    agent_pb2.ApproveToolCallRequest(
+                        session_id=session,
+                        call_id=event.approval_required.call_id,
+                        decision=agent_pb2.APPROVAL_DECISION_APPROVE,
+                    ),
+                    timeout=10,
+                )
+            executed_at_delete = refunds_executed(stack["tools"])
+    assert deleted is True
+    assert late.value.code() == grpc.StatusCode.NOT_FOUND
+    last = events[-1]
+    assert last.WhichOneof("event") == "run_finished"
+    assert last.run_finished.stop_reason == agent_pb2.STOP_REASON_CANCELLED
+    assert last.run_finished.error.code == "session_deleted"
+    # Another whole run later, the refund still never ran.
+    run_approving(stack, [{"id": "q", "order": "y"}], approve=set())
+    assert refunds_executed(stack["tools"]) == executed_at_delete == before
+    with pytest.raises(grpc.RpcError) as gone:
+        stub.GetSession(agent_pb2.GetSessionRequest(session_id=session), timeout=10)
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_deleting_a_session_while_its_approved_call_runs_stops_it_before_returning(
+    stack: dict[str, Any],
+) -> None:
+    stub = stack["stub"]
+    control(stack["sim"], "/reset")
+    call = {
+        "index": 0,
+        "id": "h",
+        "type": "function",
+        "function": {"name": "hang", "arguments": "{}"},
+    }
+    chunk = {"choices": [{"delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
+    frames = [f"data: {json.dumps(chunk)}\n\n", "data: [DONE]\n\n"]
+    control(stack["sim"], "/faults", {"faults": [{"kind": "raw", "frames": frames}]})
+    session = stub.CreateSession(agent_pb2.CreateSessionRequest(), timeout=10).session.session_id
+    stream = stub.StreamRun(
+        agent_pb2.StreamRunRequest(session_id=session, input="hang"), timeout=30
+    )
+    for event in stream:
+        if event.WhichOneof("event") == "tool_call_started":
+            assert stub.DeleteSession(
+                agent_pb2.DeleteSessionRequest(session_id=session), timeout=10
+            ).deleted
+        last = event
+    # The stream has ended: the run had unwound when the delete returned.
+    assert last.WhichOneof("event") == "run_finished"
+    assert last.run_finished.stop_reason == agent_pb2.STOP_REASON_CANCELLED
+    assert hang_cancelled(stack["tools"]) >= 1  # the tool server saw its call cancelled
+
+
+def hang_cancelled(tools: tool_pb2_grpc.ToolServiceStub) -> int:
+    """How many hang calls the tool server saw cancelled (its cancel arrives on its own
+    connection, so this waits for it, bounded)."""
+    deadline = time.monotonic() + 10
+    while True:
+        stats = tools.CallTool(tool_pb2.CallToolRequest(tool_name="stats"), timeout=5)
+        cancelled = int(orjson.loads(stats.result.output)["cancelled"])
+        if cancelled or time.monotonic() > deadline:
+            return cancelled
+        time.sleep(0.02)

@@ -177,6 +177,36 @@ async def test_sigterm_lets_in_flight_runs_finish_and_refuses_new_ones(tmp_path:
             assert side.popen.wait(timeout=20) == 0
 
 
+async def test_a_run_past_the_grace_period_ends_interrupted_with_run_finished_last(
+    tmp_path: Path,
+) -> None:
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(sim, [{"name": "scripted", "address": tools.address}])
+        config["server"] = {"port": 0, "grace_period": 0.5}
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                session = await client.create_session()
+                events = []
+                async with asyncio.timeout(20):
+                    async for event in client.stream(session.session_id, "hang please"):
+                        events.append(event)
+                        if event.WhichOneof("event") == "tool_call_started":
+                            side.send_signal(signal.SIGTERM)  # the hang outlasts the grace
+            assert side.popen.wait(timeout=20) == 0
+        with sidecar(config, tmp_path) as again:
+            async with AgentClient(again.address) as client:
+                stored = await client.get_session(session.session_id)
+    last = events[-1]
+    assert last.WhichOneof("event") == "run_finished"
+    assert last.run_finished.stop_reason == agent_pb2.STOP_REASON_INTERRUPTED
+    assert (last.run_finished.error.code, last.run_finished.error.retryable) == (
+        "interrupted",
+        True,
+    )
+    assert [t.stop_reason for t in stored.turns] == [agent_pb2.STOP_REASON_INTERRUPTED]
+
+
 async def test_health_is_not_serving_until_the_tool_servers_are_discovered(
     tmp_path: Path,
 ) -> None:
