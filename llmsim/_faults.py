@@ -48,6 +48,9 @@ class Fault:
         frames: a ``raw`` fault's response to a streaming request: each string is written
             as it is, in order (``"data: {...}\n\n"``, ``"event: error\n"``...).
         headers: extra response headers of a ``raw`` fault.
+        repeat: how many times a ``raw`` fault writes ``frames`` (a large answer from a
+            small fault).
+        then: frames a ``raw`` fault writes once, after the repeated ones.
     """
 
     kind: FaultKind
@@ -59,6 +62,8 @@ class Fault:
     body: str | None = None
     frames: tuple[str, ...] = ()
     headers: tuple[tuple[str, str], ...] = ()
+    repeat: int = 1
+    then: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form accepted by :func:`parse_fault`."""
@@ -72,6 +77,7 @@ class Fault:
             out["hang_s"] = self.hang_s
         if self.kind == "raw":
             out.update(status=self.status, body=self.body, frames=list(self.frames))
+            out.update(repeat=self.repeat, then=list(self.then))
             out["headers"] = dict(self.headers)
         return out
 
@@ -87,7 +93,7 @@ def parse_fault(data: object) -> Fault:
     if not isinstance(data, Mapping):
         raise FaultSpecError(f"a fault must be an object, got {type(data).__name__}")
     fields = {"kind", "times", "status", "retry_after", "message", "hang_s"}
-    unknown = set(data) - fields - {"body", "frames", "headers"}
+    unknown = set(data) - fields - {"body", "frames", "headers", "repeat", "then"}
     if unknown:
         raise FaultSpecError(f"unknown fault field(s): {', '.join(sorted(map(str, unknown)))}")
     kind = data.get("kind")
@@ -97,7 +103,7 @@ def parse_fault(data: object) -> Fault:
     if kind == "raw":
         return _raw(data, times)
     if set(data) - fields:
-        raise FaultSpecError("body, frames and headers belong to raw faults")
+        raise FaultSpecError("body, frames, headers, repeat and then belong to raw faults")
     status = _integer(data.get("status", 500), "status", low=400, high=599)
     retry_raw = data.get("retry_after", _UNSET)
     if retry_raw is _UNSET:
@@ -122,6 +128,10 @@ def _raw(data: Mapping[str, Any], times: int) -> Fault:
     frames = data.get("frames", [])
     if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
         raise FaultSpecError("a raw fault's 'frames' must be a list of strings")
+    then = data.get("then", [])
+    if not isinstance(then, list) or not all(isinstance(f, str) for f in then):
+        raise FaultSpecError("a raw fault's 'then' must be a list of strings")
+    repeat = _integer(data.get("repeat", 1), "repeat", low=1, high=100_000)
     headers = data.get("headers", {})
     if not isinstance(headers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
@@ -134,6 +144,8 @@ def _raw(data: Mapping[str, Any], times: int) -> Fault:
         body=body,
         frames=tuple(frames),
         headers=tuple(headers.items()),
+        repeat=repeat,
+        then=tuple(then),
     )
 
 

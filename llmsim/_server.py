@@ -408,7 +408,11 @@ class LLMSimulator:
             )
         response = web.StreamResponse(status=fault.status, headers={**_SSE_HEADERS, **headers})
         await response.prepare(request)
-        for frame in fault.frames:
+        frames = [frame.encode() for frame in fault.frames]
+        for _ in range(fault.repeat):
+            for frame in frames:
+                await response.write(frame)
+        for frame in fault.then:
             await response.write(frame.encode())
         await response.write_eof()
         return response

@@ -251,6 +251,13 @@ class ServerConfig(_Strict):
     """Seconds in-flight runs get to finish after SIGTERM."""
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """Largest gRPC message accepted or sent."""
+    max_concurrent_runs: int = Field(1024, ge=1)
+    """Runs in flight at once in this process; one more is refused with
+    RESOURCE_EXHAUSTED (reason OVERLOADED, with a retry delay) before anything runs."""
+    stream_buffer_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
+    """Bytes of events a stream may hold for a caller that reads them too slowly; past
+    it the run is cancelled and the stream ends RESOURCE_EXHAUSTED (STREAM_BACKLOG), so
+    a slow reader costs the sidecar this much memory at most."""
 
 
 class MetricsConfig(_Strict):
@@ -351,6 +358,10 @@ class SessionsConfig(_Strict):
     """Settings of the PostgreSQL store."""
     idle_ttl: float | None = Field(None, gt=0)
     """Seconds after its last turn a session expires and is deleted. Unset: never."""
+    max_sessions: int | None = Field(100_000, ge=1)
+    """Sessions the store may hold; creating one more is refused with RESOURCE_EXHAUSTED
+    (reason TOO_MANY_SESSIONS). Counted about every second, so a burst may pass it by a
+    few. ``null``: no limit."""
     sweep_interval: float = Field(60.0, gt=0)
     """Seconds between sweeps for expired sessions and cached results."""
     replica_id: str | None = Field(None, min_length=1, max_length=128)

@@ -19,7 +19,11 @@ it picks a status code::
     │   ├── SessionExists         create: the id is taken
     │   ├── SessionBusy           another run holds the session (retryable)
     │   ├── ProfileRemoved        the session's profile is no longer configured
-    │   └── Draining              the sidecar is shutting down (retryable elsewhere)
+    │   ├── Draining              the sidecar is shutting down (retryable elsewhere)
+    │   └── ResourceExhausted     a limit was reached
+    │       ├── Overloaded        too many runs in flight (retryable)
+    │       ├── TooManySessions   the store holds as many sessions as allowed
+    │       └── StreamBacklog     the caller read a stream too slowly
     ├── ModelError                the model could not produce a response (code, status)
     │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
     │   │   └── ToolUseFailed     the model emitted a malformed tool call (Groq's tool_use_failed)
@@ -54,16 +58,20 @@ __all__ = [
     "ModelError",
     "ModelRequestRejected",
     "ModelUnavailable",
+    "Overloaded",
     "ProfileNotFound",
     "ProfileRemoved",
     "RequestError",
+    "ResourceExhausted",
     "SessionBusy",
     "SessionExists",
     "SessionNotFound",
     "SessionStoreError",
     "SidecarError",
     "StartupError",
+    "StreamBacklog",
     "TelemetryUnavailable",
+    "TooManySessions",
     "ToolUseFailed",
 ]
 
@@ -231,6 +239,45 @@ class Draining(RequestError):
     def __init__(self, retry_after: float) -> None:
         super().__init__("the sidecar is shutting down; retry on another replica or after restart")
         self.retry_after = retry_after
+
+
+class ResourceExhausted(RequestError):
+    """A limit of the sidecar was reached."""
+
+
+class Overloaded(ResourceExhausted):
+    """Too many runs are in flight in this process (``server.max_concurrent_runs``)."""
+
+    retryable = True
+    retry_after = 1.0
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} runs are in flight, the most this sidecar takes; retry shortly or on "
+            "another replica",
+            metadata={"limit": str(limit)},
+        )
+
+
+class TooManySessions(ResourceExhausted):
+    """The store holds as many sessions as ``sessions.max_sessions`` allows."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the store holds {limit} sessions, the most allowed; delete some first",
+            metadata={"limit": str(limit)},
+        )
+
+
+class StreamBacklog(ResourceExhausted):
+    """A stream's caller read its events too slowly: the run was cancelled."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the caller read the stream too slowly: more than {limit} bytes of events "
+            "waited, so the run was cancelled",
+            metadata={"limit": str(limit)},
+        )
 
 
 # -- the model -------------------------------------------------------------------------

@@ -43,9 +43,11 @@ from sidecar.context.assembler import ContextAssembler
 from sidecar.errors import (
     Draining,
     InvalidRequest,
+    Overloaded,
     ProfileNotFound,
     ProfileRemoved,
     SessionNotFound,
+    TooManySessions,
 )
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
@@ -74,6 +76,7 @@ a session forever."""
 _RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
 _DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another replica)
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+_COUNT_EVERY = 1.0  # seconds a session count is reused before the store counts again
 _STOP_WAIT = 10.0  # seconds a delete or a drain waits for a stopped turn to unwind
 
 
@@ -144,6 +147,8 @@ class Agent:
         prices: Prices each run's tokens; unset: no run has a cost.
         max_response_bytes: The largest response the front can send; a session's page of
             turns stays under half of it.
+        max_runs: Turns in flight at once; one more is refused (Overloaded).
+        max_sessions: Sessions the store may hold; None: no limit.
     """
 
     def __init__(
@@ -155,6 +160,8 @@ class Agent:
         telemetry: Telemetry | None = None,
         prices: PriceTable | None = None,
         max_response_bytes: int = 4 * 1024 * 1024,
+        max_runs: int = 1024,
+        max_sessions: int | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -166,6 +173,10 @@ class Agent:
         self.approvals = Approvals()
         self.max_response_bytes = max_response_bytes
         self._running: dict[str, _Running] = {}  # by session id
+        self.max_runs = max_runs
+        self._admitted = 0  # turns claimed or claiming, not yet finished
+        self.max_sessions = max_sessions
+        self._sessions_counted = (0, -1.0)  # (count, when: monotonic)
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -247,7 +258,20 @@ class Agent:
         check_id(session_id, "session_id", required=False)
         check_labels(labels)
         self.profile(profile)
-        return await self.store.create(profile, session_id, labels)
+        if self.max_sessions is not None:
+            await self._check_session_count(self.max_sessions)
+        session = await self.store.create(profile, session_id, labels)
+        count, when = self._sessions_counted
+        self._sessions_counted = (count + 1, when)
+        return session
+
+    async def _check_session_count(self, limit: int) -> None:
+        count, when = self._sessions_counted
+        if time.monotonic() - when > _COUNT_EVERY:
+            count = await self.store.count()
+            self._sessions_counted = (count, time.monotonic())
+        if count >= limit:
+            raise TooManySessions(limit)
 
     async def get_session(self, session_id: str) -> Session:
         """The session with its turns.
@@ -345,6 +369,16 @@ class Agent:
         check_id(session_id, "session_id")
         if not user_input or user_input.isspace():
             check_input(user_input, 0)  # names the field before any lookup
+        if self._admitted >= self.max_runs:
+            raise Overloaded(self.max_runs)
+        self._admitted += 1
+        try:
+            return await self._claim(session_id, user_input, clock)
+        except BaseException:
+            self._admitted -= 1
+            raise
+
+    async def _claim(self, session_id: str, user_input: str, clock: Clock) -> ClaimedTurn:
         session = await self.get_session(session_id)
         profile = self.loop.profiles.get(session.profile)
         if profile is None:
@@ -367,12 +401,16 @@ class Agent:
             # The caller left while the session was being claimed: never leave it claimed.
             claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
             if claimed:
-                await self.abandon_turn(turn)
+                await self._store_cancelled(turn)
             raise
         return turn
 
     async def abandon_turn(self, turn: ClaimedTurn) -> None:
         """Release a claimed turn that never ran; it is stored as cancelled."""
+        self._admitted -= 1
+        await self._store_cancelled(turn)
+
+    async def _store_cancelled(self, turn: ClaimedTurn) -> None:
         record = Turn(turn.run_id, turn.input, "", StopReason.CANCELLED, turn.started, time.time())
         await asyncio.shield(self.store.finish_turn(turn.session.session_id, record))
 
@@ -483,6 +521,7 @@ class Agent:
                     self.context.turn_finished(session, profile.name, window)
             finally:
                 self._active -= 1
+                self._admitted -= 1
                 if self._active == 0:
                     self._idle.set()
                 if self._running.get(session.session_id) is running:

@@ -208,8 +208,12 @@ class Sidecar:
             telemetry=self.telemetry,
             prices=PriceTable(self.config.prices),
             max_response_bytes=self.config.server.max_message_bytes,
+            max_runs=self.config.server.max_concurrent_runs,
+            max_sessions=self.config.sessions.max_sessions,
         )
-        self._servicer = AgentServicer(self.agent)
+        self._servicer = AgentServicer(
+            self.agent, stream_buffer_bytes=self.config.server.stream_buffer_bytes
+        )
         if self.telemetry.metrics is not None:
             metrics = self.config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)

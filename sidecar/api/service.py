@@ -22,7 +22,7 @@ from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
 from sidecar.api import convert
 from sidecar.api.status import internal_status, to_status
-from sidecar.errors import InvalidRequest, MalformedRequest, SidecarError
+from sidecar.errors import InvalidRequest, MalformedRequest, SidecarError, StreamBacklog
 from sidecar.types import BudgetOverrun, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Usage
 
 log = logging.getLogger(__name__)
@@ -57,21 +57,46 @@ def _answers(
 _OUTPUT_MODES = frozenset(agent_pb2.OutputMode.values())
 
 
+_Queue = asyncio.Queue[agent_pb2.StreamRunResponse | object | None]
+_BACKLOG = object()  # queued once a stream's caller has fallen too far behind
+
+
 class _StreamSink:
-    """Turns loop events into ``StreamRunResponse`` messages on a queue."""
+    """Turns loop events into ``StreamRunResponse`` messages on a queue, holding at most
+    ``limit`` bytes of them for the caller: past that, the queue is emptied, the run
+    stopped (``on_backlog``) and the stream ends with STREAM_BACKLOG."""
 
-    __slots__ = ("_queue", "_run_id", "_sequence")
+    __slots__ = ("_limit", "_on_backlog", "_queue", "_run_id", "_sequence", "backlogged", "queued")
 
-    def __init__(self, queue: asyncio.Queue[agent_pb2.StreamRunResponse | None], run_id: str):
+    def __init__(self, queue: _Queue, run_id: str, limit: int, on_backlog: Callable[[], object]):
         self._queue = queue
         self._run_id = run_id
         self._sequence = 0
+        self._limit = limit
+        self._on_backlog = on_backlog
+        self.queued = 0
+        """Bytes of events waiting for the caller."""
+        self.backlogged = False
 
     def put(self, **event: Any) -> None:
+        if self.backlogged:
+            return
         self._sequence += 1
-        self._queue.put_nowait(
-            agent_pb2.StreamRunResponse(run_id=self._run_id, sequence=self._sequence, **event)
-        )
+        message = agent_pb2.StreamRunResponse(run_id=self._run_id, sequence=self._sequence, **event)
+        self.queued += message.ByteSize()
+        if self.queued > self._limit:
+            self.backlogged = True
+            while not self._queue.empty():  # free the memory now, not when it is read
+                self._queue.get_nowait()
+            self.queued = 0
+            self._queue.put_nowait(_BACKLOG)
+            self._on_backlog()
+            return
+        self._queue.put_nowait(message)
+
+    def taken(self, message: agent_pb2.StreamRunResponse) -> None:
+        """The caller took ``message``."""
+        self.queued -= message.ByteSize()
 
     def text_delta(self, step: int, text: str) -> None:
         self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
@@ -128,9 +153,10 @@ def _failed_run(exc: BaseException) -> RunOutcome:
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, *, stream_buffer_bytes: int = 8 * 1024 * 1024) -> None:
         self._agent = agent
         self._runs: set[asyncio.Task[Any]] = set()
+        self._stream_buffer = stream_buffer_bytes
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -211,8 +237,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             await _abort(context, exc)
             return
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
-        queue: asyncio.Queue[agent_pb2.StreamRunResponse | None] = asyncio.Queue()
-        sink = _StreamSink(queue, turn.run_id)
+        queue: _Queue = asyncio.Queue()
+        tasks: list[asyncio.Task[None]] = []
+        sink = _StreamSink(queue, turn.run_id, self._stream_buffer, lambda: tasks[0].cancel())
         sink.put(
             run_started=agent_pb2.RunStarted(
                 session_id=turn.session.session_id,
@@ -224,11 +251,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         task = asyncio.get_running_loop().create_task(
             self._drive(turn, structured, sink, queue, context, began), name=f"run:{turn.run_id}"
         )
+        tasks.append(task)
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
         try:
             while (event := await queue.get()) is not None:
+                if event is _BACKLOG:
+                    await asyncio.gather(task, return_exceptions=True)  # stored as cancelled
+                    await _abort(context, StreamBacklog(self._stream_buffer))
+                assert isinstance(event, agent_pb2.StreamRunResponse)
                 yield event
+                sink.taken(event)
         finally:
             if not task.done():
                 task.cancel()
@@ -243,7 +276,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         turn: ClaimedTurn,
         structured: bool,
         sink: _StreamSink,
-        queue: asyncio.Queue[agent_pb2.StreamRunResponse | None],
+        queue: _Queue,
         context: grpc.aio.ServicerContext,
         began: asyncio.Event,
     ) -> None:

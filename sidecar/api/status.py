@@ -29,6 +29,7 @@ from sidecar.errors import (
     InputTooLarge,
     InvalidRequest,
     MalformedRequest,
+    Overloaded,
     ProfileNotFound,
     ProfileRemoved,
     RequestError,
@@ -36,6 +37,8 @@ from sidecar.errors import (
     SessionExists,
     SessionNotFound,
     SidecarError,
+    StreamBacklog,
+    TooManySessions,
 )
 
 __all__ = ["DOMAIN", "REASONS", "internal_status", "to_status"]
@@ -63,6 +66,9 @@ _TABLE: dict[type[SidecarError], _Entry] = {
     SessionBusy: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY"),
     ProfileRemoved: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "PROFILE_REMOVED"),
     Draining: _Entry(grpc.StatusCode.UNAVAILABLE, "DRAINING"),
+    Overloaded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED"),
+    TooManySessions: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS"),
+    StreamBacklog: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "STREAM_BACKLOG"),
 }
 _INTERNAL = _Entry(grpc.StatusCode.INTERNAL, "INTERNAL")
 

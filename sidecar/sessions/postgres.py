@@ -263,6 +263,10 @@ class PostgresSessionStore:
         status = await conn.execute(_EXPIRE_ONE, session_id, self._clock() - self._idle_ttl)
         return bool(status != "DELETE 0")
 
+    async def count(self) -> int:
+        async with self.pool.acquire() as conn:
+            return int(await conn.fetchval("SELECT count(*) FROM agent_sessions"))
+
     async def delete(self, session_id: str) -> bool:
         status = await self.pool.execute(
             "DELETE FROM agent_sessions WHERE session_id = $1", session_id

@@ -340,6 +340,13 @@ class SqliteSessionStore:
     async def get(self, session_id: str) -> Session | None:
         return await self._call(self._get_sync, session_id)
 
+    async def count(self) -> int:
+        return await self._call(self._count_sync)
+
+    def _count_sync(self) -> int:
+        row = self._conn().execute("SELECT count(*) FROM sessions").fetchone()
+        return int(row[0])
+
     def _get_sync(self, session_id: str) -> Session | None:
         db = self._conn()
         # Without expiry this only reads: no write lock, so a checkpoint never makes it busy.

@@ -67,6 +67,10 @@ class SessionStore(Protocol):
         """The session with its turns, or None when it does not exist or has expired."""
         ...
 
+    async def count(self) -> int:
+        """How many sessions the store holds (expired ones not yet swept included)."""
+        ...
+
     async def delete(self, session_id: str) -> bool:
         """Delete a session and its turns; False when there was none."""
         ...
@@ -131,6 +135,9 @@ class MemorySessionStore:
             await self.delete(session_id)
             return None
         return session
+
+    async def count(self) -> int:
+        return len(self._sessions)
 
     async def delete(self, session_id: str) -> bool:
         self._running.pop(session_id, None)

@@ -59,6 +59,12 @@ class AgentServiceStub:
     longer configured.
     - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
     when to retry (on another replica).
+    - OVERLOADED (RESOURCE_EXHAUSTED): as many runs are in flight as the
+    sidecar takes; RetryInfo says when to retry.
+    - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
+    sessions as allowed; delete some.
+    - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
+    slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
@@ -142,6 +148,12 @@ class AgentServiceServicer:
     longer configured.
     - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
     when to retry (on another replica).
+    - OVERLOADED (RESOURCE_EXHAUSTED): as many runs are in flight as the
+    sidecar takes; RetryInfo says when to retry.
+    - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
+    sessions as allowed; delete some.
+    - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
+    slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
@@ -286,6 +298,12 @@ class AgentService:
     longer configured.
     - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
     when to retry (on another replica).
+    - OVERLOADED (RESOURCE_EXHAUSTED): as many runs are in flight as the
+    sidecar takes; RetryInfo says when to retry.
+    - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
+    sessions as allowed; delete some.
+    - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
+    slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
