@@ -408,10 +408,10 @@ class LLMSimulator:
             )
         response = web.StreamResponse(status=fault.status, headers={**_SSE_HEADERS, **headers})
         await response.prepare(request)
-        frames = [frame.encode() for frame in fault.frames]
+        repeated = [frame.encode() for frame in fault.frames]
         for _ in range(fault.repeat):
-            for frame in frames:
-                await response.write(frame)
+            for chunk in repeated:
+                await response.write(chunk)
         for frame in fault.then:
             await response.write(frame.encode())
         await response.write_eof()

@@ -106,6 +106,11 @@ class ToolServerConfig(_Strict):
     """The server's circuit breaker."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
+    keepalive_time: float = Field(300.0, ge=0.1)
+    """Seconds between the pings that check an idle connection is alive. Default 300: the
+    most often a gRPC server that sets no keepalive policy accepts (Python's, Go's and
+    Java's defaults); oftener, and it answers GOAWAY ``too_many_pings`` and drops the
+    connection. SDK tool servers accept a ping every 10 s: set it lower for them."""
     max_result_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """Largest response accepted from the server; a larger tool result is that call's
     error (the model is told to ask for less), never retried, and never counted against

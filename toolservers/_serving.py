@@ -40,6 +40,12 @@ logger = logging.getLogger("toolservers")
 # stop up, and gives them time to deliver NOT_SERVING first.
 _FINAL_GRACE = 0.25
 
+KEEPALIVE_POLICY = (
+    # Accept a caller's keepalive pings every 10 s, also on a connection with no call in
+    # flight (gRPC's default is one per 5 minutes, and GOAWAY too_many_pings beyond).
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
 _HEALTH_SERVICE: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 
@@ -61,7 +67,7 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     service = ToolService(runners, list_tools_response(tools), tracing)
     health = HealthServicer()
     # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_POLICY])
     tool_pb2_grpc.add_ToolServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     enable_reflection(server, (SERVICE_NAME, _HEALTH_SERVICE))

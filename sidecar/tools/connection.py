@@ -24,8 +24,7 @@ from sidecar.types import BreakerState
 log = logging.getLogger(__name__)
 
 _CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.http2.max_pings_without_data", 0),
     # Reconnect fast after a tool server restarts; the default backoff reaches minutes.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -49,7 +48,13 @@ class ToolServerConnection:
     ) -> None:
         self.config = config
         self.name = config.name
-        options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", config.max_result_bytes)]
+        options = [
+            *_CHANNEL_OPTIONS,
+            # No more often than a server that sets nothing accepts (gRPC's default: one
+            # ping per 5 minutes without data; more, and it answers GOAWAY too_many_pings).
+            ("grpc.keepalive_time_ms", int(config.keepalive_time * 1000)),
+            ("grpc.max_receive_message_length", config.max_result_bytes),
+        ]
         self.channel = grpc.aio.insecure_channel(config.address, options=options)
         self.stub = tool_pb2_grpc.ToolServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
@@ -107,16 +112,12 @@ class ToolServerConnection:
         backoff = 0.1
         while True:
             try:
-                stream = self._health.Watch(health_pb2.HealthCheckRequest(service=""))
-                async for reply in stream:
+                if await self._watch_until_not_serving():
                     backoff = 0.1
-                    serving = reply.status == health_pb2.HealthCheckResponse.SERVING
-                    if serving and not self.serving:
-                        # Back to SERVING (or first contact): its tools may have changed.
-                        await self.discover(self.config.discovery_timeout)
-                    elif not serving and self.serving:
-                        log.warning("tool server %s is not serving", self.name)
-                        self.serving = False
+                    # Draining or down: end the watch, so a server draining on SIGTERM
+                    # is not held up by it, and ask again until it serves again.
+                    await self._poll_until_serving()
+                    continue
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     # No health service: trust discovery alone.
@@ -127,6 +128,34 @@ class ToolServerConnection:
                     log.warning("tool server %s unreachable: %s", self.name, exc.code().name)
                 self.serving = False
             await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 2.0)
+
+    async def _watch_until_not_serving(self) -> bool:
+        """Follow the server's status; True once it says it is not serving."""
+        stream = self._health.Watch(health_pb2.HealthCheckRequest(service=""))
+        try:
+            async for reply in stream:
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    if not self.serving:
+                        # Back to SERVING (or first contact): its tools may have changed.
+                        await self.discover(self.config.discovery_timeout)
+                    continue
+                if self.serving:
+                    log.warning("tool server %s is not serving", self.name)
+                self.serving = False
+                return True
+        finally:
+            stream.cancel()
+        return False
+
+    async def _poll_until_serving(self) -> None:
+        backoff = 0.1
+        request = health_pb2.HealthCheckRequest(service="")
+        while True:
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            reply = await self._health.Check(request, timeout=self.config.discovery_timeout)
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return  # the next watch discovers its tools again
             backoff = min(backoff * 2, 2.0)
 
     async def close(self) -> None:

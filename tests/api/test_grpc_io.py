@@ -12,9 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.testing import ServerProcess, start_process
 
@@ -33,16 +31,44 @@ def event_engine_switches(pid: int) -> int:
     return total
 
 
-async def switches_while_answering(server: ServerProcess) -> int:
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        request = health_pb2.HealthCheckRequest(service="")
-        await health.Check(request, timeout=10)  # connected and warm
+# The calls come from a process of their own, loading gRPC the way ours do: the test's own
+# process has dozens of channels and tests behind it, which would change what it sends.
+_CALLER = """
+import sys
+import sidecar  # loads gRPC on its poller I/O, as every process of ours does
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    health = health_pb2_grpc.HealthStub(channel)
+    request = health_pb2.HealthCheckRequest(service="")
+    health.Check(request, timeout=10)  # connected and warm
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for _ in range(int(sys.argv[2])):
+        assert health.Check(request, timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+    print("done", flush=True)
+"""
+
+
+def switches_while_answering(server: ServerProcess) -> int:
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _CALLER, server.address, str(CALLS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert caller.stdin is not None and caller.stdout is not None
+    try:
+        assert caller.stdout.readline().strip() == "ready"
         before = event_engine_switches(server.pid)
-        for _ in range(CALLS):
-            reply = await health.Check(request, timeout=10)
-            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        caller.stdin.write("go\n")
+        caller.stdin.flush()
+        assert caller.stdout.readline().strip() == "done"
         return event_engine_switches(server.pid) - before
+    finally:
+        caller.stdin.close()
+        caller.wait(timeout=10)
+        caller.stdout.close()
 
 
 def server_command(name: str, tmp_path: Path) -> list[str]:
@@ -54,20 +80,20 @@ def server_command(name: str, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["tool server", "sidecar"])
-async def test_a_server_does_its_grpc_io_without_waking_event_engine_threads(
+def test_a_server_does_its_grpc_io_without_waking_event_engine_threads(
     name: str, tmp_path: Path
 ) -> None:
     command = server_command(name, tmp_path)
     env = {"GROQ_API_KEY": ""}
     tuned = start_process(command, env=env)
     try:
-        tuned_switches = await switches_while_answering(tuned)
+        tuned_switches = switches_while_answering(tuned)
     finally:
         tuned.stop()
     # An operator's GRPC_EXPERIMENTS wins; empty keeps gRPC's defaults.
     default = start_process(command, env={**env, "GRPC_EXPERIMENTS": ""})
     try:
-        default_switches = await switches_while_answering(default)
+        default_switches = switches_while_answering(default)
     finally:
         default.stop()
     assert default_switches >= CALLS, "with gRPC's defaults, each call wakes its I/O threads"

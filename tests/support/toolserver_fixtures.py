@@ -64,8 +64,9 @@ async def refuse(message: str) -> str:
 async def block(key: str, ctx: ToolContext) -> str:
     """Report progress once, then wait until cancelled, recording the cancellation."""
     _started[key].set()
-    await ctx.report_progress(0, 1, "started")
     try:
+        # A caller may cancel while the report is still being written: that counts too.
+        await ctx.report_progress(0, 1, "started")
         await asyncio.Event().wait()
     except asyncio.CancelledError:
         _cancelled[key].set()
