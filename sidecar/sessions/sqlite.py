@@ -211,13 +211,17 @@ class SqliteSessionStore:
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip()
             os.close(self._lock_fd)
             self._lock_fd = None
+            by = f"sidecar process {holder}" if holder.isdigit() else "another sidecar process"
             raise SessionStoreError(
-                f"the session store {self.path} is in use by another sidecar process; "
-                "give each process its own sessions.sqlite.path, or share sessions "
-                "through sessions.store: postgres"
+                f"the session store {self.path.resolve()} is in use by {by}; give each "
+                "process its own sessions.sqlite.path (the default, agent-sidecar.db, is in "
+                "the working directory), or share sessions through sessions.store: postgres"
             ) from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)  # who holds it, for the next
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-sessions")
         try:
             await self._call(self._open_sync)

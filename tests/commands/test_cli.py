@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,27 @@ def test_the_tool_server_command_prints_help_and_exits_zero() -> None:
         check=False,
     )
     assert done.returncode == 0 and "usage: agent-toolserver" in done.stdout
+
+
+def test_a_second_sidecar_in_the_same_directory_says_whose_file_it_is(tmp_path: Path) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text("server: {port: 0}\n")  # the default store: agent-sidecar.db, here
+    first = testing.start_process(
+        ["-m", "sidecar", "serve", "--config", str(config)], cwd=tmp_path, env={"GROQ_API_KEY": ""}
+    )
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "GROQ_API_KEY": ""},
+            check=False,
+        )
+    finally:
+        first.stop()
+    assert second.returncode == 1
+    message = second.stderr
+    assert str(tmp_path / "agent-sidecar.db") in message and f"process {first.pid}" in message
+    assert "Traceback" not in message

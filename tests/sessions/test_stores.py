@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -220,7 +221,7 @@ async def test_after_a_restart_finished_turns_are_there_and_a_cut_off_turn_is_in
 @pytest.mark.parametrize("open_store", ["sqlite"], indirect=True)
 async def test_a_second_process_cannot_open_the_same_sqlite_file(open_store: OpenStore) -> None:
     await open_store()
-    with pytest.raises(SessionStoreError, match="in use by another sidecar"):
+    with pytest.raises(SessionStoreError, match=f"in use by sidecar process {os.getpid()}"):
         await open_store()
 
 
