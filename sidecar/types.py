@@ -87,6 +87,10 @@ class RunCost:
     completion_usd: float
     cached_prompt_usd: float
     """The part of ``prompt_usd`` charged for cached prompt tokens."""
+    priced_as: str = ""
+    """The model whose prices were used."""
+    simulated: bool = False
+    """The tokens came from the LLM simulator: what they would cost on ``priced_as``."""
 
     @property
     def total_usd(self) -> float:

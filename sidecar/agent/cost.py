@@ -1,9 +1,11 @@
-"""What a run's tokens cost, from the configured price table.
+"""What a run's tokens cost: Groq's published prices, and the configured ones over them.
 
 Prices are list prices in US dollars per million tokens, per model name. Prompt tokens
 the provider served from its prompt cache are charged at the cached price (the prompt
 price when the table sets none); the rest at the prompt price. A model missing from the
-table has no cost: the run reports none rather than a wrong zero.
+table has no cost: the run reports none rather than a wrong zero. :data:`GROQ_PRICES`
+ships Groq's list prices, dated; ``prices`` in the configuration replaces any of them
+and adds others.
 """
 
 from __future__ import annotations
@@ -18,6 +20,18 @@ __all__ = ["PriceTable"]
 
 _PER_TOKEN = 1e-6  # prices are per million tokens
 
+PRICES_CHECKED = "2026-11"
+"""When :data:`GROQ_PRICES` were read off Groq's pricing page."""
+GROQ_PRICES: Mapping[str, PriceConfig] = {
+    "llama-3.3-70b-versatile": PriceConfig(prompt=0.59, completion=0.79),
+    "llama-3.1-8b-instant": PriceConfig(prompt=0.05, completion=0.08),
+    "openai/gpt-oss-120b": PriceConfig(prompt=0.15, completion=0.60, cached_prompt=0.075),
+    "openai/gpt-oss-20b": PriceConfig(prompt=0.075, completion=0.30, cached_prompt=0.037),
+    "meta-llama/llama-4-scout-17b-16e-instruct": PriceConfig(prompt=0.11, completion=0.34),
+    "qwen/qwen3-32b": PriceConfig(prompt=0.29, completion=0.59),
+}
+"""Groq's list prices, US dollars per million tokens (as of :data:`PRICES_CHECKED`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Rates:
@@ -30,12 +44,25 @@ class PriceTable:
     """Prices by model name.
 
     Args:
-        prices: Model name to its prices, as configured.
+        prices: Model name to its prices, as configured; they replace or add to
+            :data:`GROQ_PRICES`.
+        priced_as: Price every run as this model whatever model name it used (the LLM
+            simulator's runs, priced as the configured model); unset: the run's own.
+        simulated: The runs use the LLM simulator; their cost says so.
     """
 
-    __slots__ = ("_rates",)
+    __slots__ = ("_priced_as", "_rates", "_simulated")
 
-    def __init__(self, prices: Mapping[str, PriceConfig]) -> None:
+    def __init__(
+        self,
+        prices: Mapping[str, PriceConfig],
+        *,
+        priced_as: str | None = None,
+        simulated: bool = False,
+    ) -> None:
+        prices = {**GROQ_PRICES, **prices}
+        self._priced_as = priced_as
+        self._simulated = simulated
         self._rates = {
             model: _Rates(
                 prompt=p.prompt * _PER_TOKEN,
@@ -48,6 +75,7 @@ class PriceTable:
 
     def cost(self, model: str, usage: Usage) -> RunCost | None:
         """The cost of ``usage`` on ``model``; None when the table has no price for it."""
+        model = self._priced_as or model
         rates = self._rates.get(model)
         if rates is None:
             return None
@@ -57,4 +85,6 @@ class PriceTable:
             prompt_usd=(usage.prompt_tokens - cached) * rates.prompt + cached_usd,
             completion_usd=usage.completion_tokens * rates.completion,
             cached_prompt_usd=cached_usd,
+            priced_as=model,
+            simulated=self._simulated,
         )

@@ -121,6 +121,8 @@ def cost(c: RunCost) -> agent_pb2.Cost:
         completion_usd=c.completion_usd,
         total_usd=c.total_usd,
         cached_prompt_usd=c.cached_prompt_usd,
+        priced_as=c.priced_as,
+        simulated=c.simulated,
     )
 
 

@@ -206,7 +206,13 @@ class Sidecar:
             self.store,
             context=context,
             telemetry=self.telemetry,
-            prices=PriceTable(self.config.prices),
+            prices=PriceTable(
+                self.config.prices,
+                # The embedded simulator's runs are priced as the configured model would
+                # charge for their tokens, and say so.
+                priced_as=self.config.model.model if self._simulator is not None else None,
+                simulated=self._simulator is not None,
+            ),
             max_response_bytes=self.config.server.max_message_bytes,
             max_runs=self.config.server.max_concurrent_runs,
             max_sessions=self.config.sessions.max_sessions,

@@ -96,7 +96,13 @@ async def _scenario(client: AgentClient, title: str, text: str, json_output: boo
         print(f"  answer ({reason.lower()}): {result.answer}")
         print(format_timeline(result.timeline))
         if result.HasField("cost"):
-            print(f"    cost ${result.cost.total_usd:.6f}")
+            cost = result.cost
+            label = (
+                f"what these tokens would cost on {cost.priced_as} (a simulated run)"
+                if cost.simulated
+                else cost.priced_as
+            )
+            print(f"    cost ${cost.total_usd:.6f}: {label}")
     return result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
 
 

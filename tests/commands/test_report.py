@@ -48,6 +48,22 @@ def test_without_a_cached_price_every_prompt_token_costs_the_prompt_price() -> N
     assert math.isclose(cost.prompt_usd, 0.003) and math.isclose(cost.cached_prompt_usd, 0.002)
 
 
+def test_groqs_published_prices_ship_and_configured_ones_win() -> None:
+    usage = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
+    shipped = PriceTable({}).cost("llama-3.3-70b-versatile", usage)
+    assert shipped is not None and round(shipped.total_usd, 2) == 1.38
+    mine = PriceTable({"llama-3.3-70b-versatile": PriceConfig(prompt=1.0, completion=1.0)})
+    overridden = mine.cost("llama-3.3-70b-versatile", usage)
+    assert overridden is not None and overridden.total_usd == 2.0
+
+
+def test_a_simulated_run_is_priced_as_the_configured_model_and_says_so() -> None:
+    table = PriceTable({}, priced_as="llama-3.1-8b-instant", simulated=True)
+    cost = table.cost("llm-simulator", Usage(prompt_tokens=1_000_000))
+    assert cost is not None and (cost.priced_as, cost.simulated) == ("llama-3.1-8b-instant", True)
+    assert round(cost.total_usd, 2) == 0.05
+
+
 def test_a_model_missing_from_the_price_table_has_no_cost() -> None:
     assert PriceTable({}).cost("unpriced", Usage(prompt_tokens=10)) is None
 

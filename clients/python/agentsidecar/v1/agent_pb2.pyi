@@ -406,16 +406,20 @@ class TokenUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class Cost(_message.Message):
-    __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd")
+    __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd", "priced_as", "simulated")
     PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_USD_FIELD_NUMBER: _ClassVar[int]
     TOTAL_USD_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
+    PRICED_AS_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
     prompt_usd: float
     completion_usd: float
     total_usd: float
     cached_prompt_usd: float
-    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ..., cached_prompt_usd: _Optional[float] = ...) -> None: ...
+    priced_as: str
+    simulated: bool
+    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ..., cached_prompt_usd: _Optional[float] = ..., priced_as: _Optional[str] = ..., simulated: _Optional[bool] = ...) -> None: ...
 
 class BudgetExceeded(_message.Message):
     __slots__ = ("stage", "budget", "spent", "policy", "step")
