@@ -37,8 +37,8 @@ from llmsim._wire import (
     completion_tokens,
     default_message,
     error_body,
-    estimate_tokens,
     stream_deltas,
+    tokens_of_text,
     usage,
 )
 
@@ -230,7 +230,7 @@ class LLMSimulator:
         stream = body.get("stream") is True
         if stream:
             stats.streamed += 1
-        prompt_tokens = estimate_tokens(len(raw))
+        prompt_tokens = tokens_of_text(raw)
         budget = self._limits.admit(prompt_tokens)
         headers = self._limits.headers(budget)
         headers["x-request-id"] = request_id

@@ -54,12 +54,22 @@ def estimate_tokens(chars: int) -> int:
     return max(1, (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
 
 
+def tokens_of_text(raw: bytes) -> int:
+    """Tokens of UTF-8 text the way real tokenizers roughly count them: about 4 ASCII
+    characters a token, and a token for each other character (CJK, emoji), which take
+    2 to 4 bytes each (at least 1)."""
+    chars = len(raw.decode("utf-8", "replace"))
+    ascii_chars = len(raw.decode("ascii", "ignore"))
+    wide = chars - ascii_chars
+    return max(1, (ascii_chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + wide)
+
+
 def completion_tokens(reply: Reply) -> int:
     """Estimated tokens the reply "generated"."""
-    chars = len(reply.text or "")
+    text = reply.text or ""
     for call in reply.tool_calls:
-        chars += len(call.name) + len(call.arguments) + 8  # call framing costs tokens too
-    return estimate_tokens(chars)
+        text += call.name + call.arguments + " " * 8  # call framing costs tokens too
+    return tokens_of_text(text.encode())
 
 
 def text_pieces(text: str) -> list[str]:

@@ -188,8 +188,10 @@ class BudgetConfig(_Strict):
 class ContextConfig(_Strict):
     """How a profile's model input is kept small: the window, tool-result trimming, memory.
 
-    Token counts are estimates (about 4 characters per token, the same rule the LLM
-    simulator uses), not a tokenizer's count: leave the provider's limit some headroom.
+    Token counts are estimates (about 4 bytes per token), calibrated by the prompt tokens
+    the provider reports for each request, per model and per session: a session in
+    Chinese or Japanese, whose characters count about one token each, gets a smaller
+    window after its first call. Leave the provider's limit some headroom.
     """
 
     max_tokens: int | None = Field(32_000, ge=256)

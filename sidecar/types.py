@@ -178,6 +178,8 @@ class ModelCallDetail:
     """The error code when the call failed."""
     time_allowed: float | None = None
     """Seconds the call was allowed, retries included."""
+    request_bytes: int = 0
+    """Size of the request body sent, for calibrating token estimates."""
 
 
 @dataclass(slots=True, kw_only=True)

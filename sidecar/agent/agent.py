@@ -40,6 +40,7 @@ from sidecar.agent.limits import (
 )
 from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.context.assembler import ContextAssembler
+from sidecar.context.calibration import TokenCalibration
 from sidecar.errors import (
     Draining,
     InvalidRequest,
@@ -56,6 +57,7 @@ from sidecar.tools.dispatch import Approver
 from sidecar.types import (
     Clock,
     EventSink,
+    ModelCallDetail,
     RunError,
     RunOutcome,
     Session,
@@ -169,6 +171,7 @@ class Agent:
             {name: p.config for name, p in loop.profiles.items()}, None
         )
         self.telemetry = telemetry or Telemetry(label="agent-sidecar")
+        self.calibration = TokenCalibration()
         self.prices = prices or PriceTable({})
         self.approvals = Approvals()
         self.max_response_bytes = max_response_bytes
@@ -473,6 +476,7 @@ class Agent:
                     profile.system_message,
                     self.loop.tool_definitions(profile),
                     turn.input,
+                    scale=self.calibration.ratio(self.model_name, session.session_id),
                 )
                 result = await self.loop.run(
                     profile,
@@ -511,6 +515,7 @@ class Agent:
             if outcome is not None:
                 record.usage = outcome.usage
                 outcome.cost = self.prices.cost(self.model_name, outcome.usage)
+                self._calibrate(session.session_id, outcome)
             if result is not None:
                 record.messages = result.messages
             persisting = clock.now()
@@ -538,6 +543,15 @@ class Agent:
                     outcome=outcome,
                     trace=trace,
                     end=end,
+                )
+
+    def _calibrate(self, session_id: str, outcome: RunOutcome) -> None:
+        """Learn how the provider counts tokens from each model call of the run."""
+        for stage in outcome.stages:
+            detail = stage.detail
+            if isinstance(detail, ModelCallDetail) and detail.request_bytes:
+                self.calibration.observe(
+                    self.model_name, session_id, detail.request_bytes, detail.usage.prompt_tokens
                 )
 
     def _approver(self, session: Session, profile: Profile, deadline: float) -> Approver:

@@ -426,6 +426,7 @@ class _Run:
                 time_to_first_token=response.time_to_first_token,
                 attempts=response.attempts,
                 time_allowed=allowed,
+                request_bytes=response.request_bytes,
             )
         stage = Stage(StageKind.MODEL_CALL, self.loop.model.name, step, start, duration, detail)
         self.stages.append(stage)

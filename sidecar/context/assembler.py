@@ -36,8 +36,10 @@ class ContextAssembler:
         system_message: dict[str, Any],
         tools: list[dict[str, Any]],
         user_input: str,
+        scale: float = 1.0,
     ) -> Window:
-        """The history a run of ``session`` sends with ``user_input``."""
+        """The history a run of ``session`` sends with ``user_input``; ``scale`` is provider
+        tokens per estimated token (see ``sidecar.context.calibration``)."""
         cached = self._prefix.get(profile)
         if cached is None or cached[0] is not tools:
             cached = (tools, tokens_of([system_message, tools]))
@@ -47,7 +49,8 @@ class ContextAssembler:
             memory=session.memory,
             memory_turns=session.memory_turns,
             prefix_tokens=cached[1],
-            input_tokens=tokens_of_size(len(user_input)) + 4,
+            input_tokens=tokens_of_size(len(user_input.encode())) + 4,
+            scale=scale,
         )
 
     def turn_finished(self, session: Session, profile: str, window: Window) -> None:

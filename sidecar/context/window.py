@@ -105,6 +105,7 @@ class WindowPolicy:
         memory_turns: int,
         prefix_tokens: int,
         input_tokens: int,
+        scale: float = 1.0,
     ) -> Window:
         """The window for a run.
 
@@ -114,6 +115,8 @@ class WindowPolicy:
             memory_turns: how many of the oldest turns the memory covers.
             prefix_tokens: estimated tokens of the system prompt and tool schemas.
             input_tokens: estimated tokens of the user's new input.
+            scale: provider tokens per estimated token (``TokenCalibration``): the
+                budget is ``max_tokens`` of the provider's tokens.
         """
         n = len(turns)
         use_memory = self.memory and bool(memory)
@@ -122,10 +125,11 @@ class WindowPolicy:
         fixed = prefix_tokens + input_tokens + (tokens_of(head[0]) if head else 0)
         sizes = [turn_tokens(t) for t in turns]
         whole = sum(sizes[base:])
-        if self.max_tokens is None or fixed + whole <= self.max_tokens:
+        limit = None if self.max_tokens is None else int(self.max_tokens / scale)
+        if limit is None or fixed + whole <= limit:
             return Window(head + _flatten(turns[base:]), base, 0, fixed + whole)
 
-        budget = self.max_tokens - fixed
+        budget = limit - fixed
         recent = max(base, n - self.recent)
         old: list[list[dict[str, Any]]] = []  # older turns, tool results cut
         old_sizes: list[int] = []

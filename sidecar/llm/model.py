@@ -34,6 +34,8 @@ class ModelResponse:
     """The model's refusal, when it declined to answer (``message.refusal``)."""
     request_id: str | None = None
     """The provider's id of the request (Groq's ``x_groq.id``, else the completion id)."""
+    request_bytes: int = 0
+    """Size of the request body sent (the attempt that answered)."""
 
 
 @dataclass(slots=True)

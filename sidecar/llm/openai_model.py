@@ -185,8 +185,11 @@ class OpenAICompatibleModel:
         return orjson.dumps(params)
 
     async def _create(self, request: ModelRequest, timeout: float) -> ModelResponse:
-        content = await self._transport.complete(self._body(request, False), timeout)
-        return parse_completion(content)
+        body = self._body(request, False)
+        content = await self._transport.complete(body, timeout)
+        response = parse_completion(content)
+        response.request_bytes = len(body)
+        return response
 
     async def _stream(
         self,
@@ -196,7 +199,8 @@ class OpenAICompatibleModel:
         on_tool_call: ToolCallSink | None,
     ) -> ModelResponse:
         reader = StreamReader(sink, on_tool_call)
-        lines = self._transport.stream(self._body(request, True), timeout)
+        body = self._body(request, True)
+        lines = self._transport.stream(body, timeout)
         try:
             async for line in lines:
                 reader.feed(line)
@@ -204,7 +208,9 @@ class OpenAICompatibleModel:
                     break
         finally:
             await lines.aclose()
-        return reader.response()
+        response = reader.response()
+        response.request_bytes = len(body)
+        return response
 
 
 def _error(state: RetryCallState) -> BaseException | None:

@@ -7,6 +7,7 @@ is read back from the simulator.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -154,3 +155,32 @@ async def test_dropped_turns_are_summarised_into_memory_which_follows_the_system
     # The summarised turns are carried by the memory, not sent again.
     assert users[0] == f"call big_read with tag=m{stored.memory_turns} size=3000"
     assert users[-1] == "hello there"
+
+
+CJK = "请把订单二零二五零一零一的状态和包裹位置告诉我\uff0c谢谢\u3002" * 12  # ~350 characters
+
+
+async def test_a_session_in_chinese_stays_under_the_models_limit_once_calibrated(
+    tmp_path: Path,
+) -> None:
+    # The estimate (about 4 bytes a token) counts a Chinese character, 3 bytes, as 0.75
+    # tokens; the provider counts about one. Calibrated by the provider's counts, the
+    # window keeps what the provider sees under the budget.
+    budget = 3000
+    with simulator() as sim:
+        config = sidecar_config(
+            sim,
+            [],
+            profiles={"default": {"context": {"max_tokens": budget, "keep_recent_turns": 1}}},
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(10)
+                session = await client.create_session()
+                for _ in range(12):
+                    await client.run(session.session_id, CJK)
+                stored = await client.get_session(session.session_id)
+    prompts = [t.usage.prompt_tokens for t in stored.turns]
+    assert max(prompts[:3]) < budget  # the first turns fit anyway
+    assert all(p <= budget * 1.15 for p in prompts[3:]), prompts  # never far over
+    assert prompts[-1] > budget / 2  # and the window still carries history
