@@ -15,6 +15,8 @@ CLIENT_CHECK :=
 CLIENT_TEST :=
 -include mk/*.mk
 
+
+.PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
 	bench-telemetry bench-context latency-bill postgres clients clients-test
 
@@ -107,6 +109,12 @@ clients: proto $(CLIENT_GEN)
 
 ## clients-test: build every client and test it against a real sidecar.
 clients-test: $(CLIENT_CHECK) $(CLIENT_TEST)
+
+## fuzz: the property-based suites with many random examples (HYPOTHESIS_EXAMPLES, default
+## 3000 each; `make test` runs 60 fixed ones).
+fuzz: install postgres
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -m property --timeout 3600 \
+		--hypothesis-show-statistics
 
 ## test: every check: generated code, lint, types, the test suite, the clients.
 test: proto-check lint pytest clients-test

@@ -63,9 +63,17 @@ RECENT_REQUESTS = 32
 class _Stats:
     """Counters behind ``GET /sim/stats``."""
 
-    __slots__ = ("by_status", "last_request", "recent_requests", "requests", "streamed")
+    __slots__ = (
+        "by_status",
+        "last_headers",
+        "last_request",
+        "recent_requests",
+        "requests",
+        "streamed",
+    )
 
     def __init__(self) -> None:
+        self.last_headers: dict[str, str] = {}
         self.requests = 0
         self.streamed = 0
         self.by_status: Counter[str] = Counter()
@@ -183,6 +191,7 @@ class LLMSimulator:
             "streamed": stats.streamed,
             "faults_pending": self._faults.pending(),
             "last_request": stats.last_request,
+            "last_headers": stats.last_headers,
             "recent_requests": list(stats.recent_requests),
         }
 
@@ -213,6 +222,12 @@ class LLMSimulator:
         raw = await request.read()
         stats = self._stats
         stats.requests += 1
+        stats.last_headers = {
+            k.lower(): v for k, v in request.headers.items() if k.lower() != "authorization"
+        }
+        stats.last_headers["authorization"] = (
+            "present" if "Authorization" in request.headers else ""
+        )
         request_id = f"req_{self._ids.getrandbits(104):026x}"
         try:
             body = orjson.loads(raw)

@@ -51,6 +51,14 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every property-based test, so `make fuzz` can run them alone, longer."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+
+
 PRICES = {"prompt": 0.5, "completion": 1.5, "cached_prompt": 0.25}  # USD per million
 TOOLS_100MS = {"tools": 0.1}
 

@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"port": args.port})}
         )
-    from sidecar.errors import SessionStoreError
+    from sidecar.errors import SessionStoreError, StartupError
 
     try:
         api_key = resolve_api_key(config.model, os.environ)
@@ -60,9 +60,12 @@ def _serve(args: argparse.Namespace) -> int:
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2
-    except SessionStoreError as exc:
+    except SessionStoreError as exc:  # unreachable or in use: may pass on a retry
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 1
+    except StartupError as exc:  # the configuration asks for what cannot be
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

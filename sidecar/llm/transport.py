@@ -78,17 +78,17 @@ class SdkTransport:
     """Through ``openai.AsyncOpenAI``: raw bytes in, raw response out."""
 
     def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
-        headers: dict[str, Any] = {"User-Agent": f"{USER_AGENT} openai-python/{openai.__version__}"}
-        if api_key is None:
-            headers["Authorization"] = openai.Omit()  # a keyless endpoint gets no header
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "keyless",
             max_retries=0,
             timeout=timeout,
             http_client=openai.DefaultAioHttpClient(),
-            default_headers=headers,
+            default_headers={"User-Agent": f"{USER_AGENT} openai-python/{openai.__version__}"},
         )
+        self._headers: dict[str, Any] = {"Content-Type": "application/json"}
+        if api_key is None:
+            self._headers["Authorization"] = openai.Omit()  # a keyless endpoint gets none
 
     async def _post(self, body: bytes, timeout: float, stream: bool) -> httpx2.Response:
         try:
@@ -96,7 +96,7 @@ class SdkTransport:
                 "/chat/completions",
                 cast_to=httpx2.Response,
                 content=body,
-                options={"headers": {"Content-Type": "application/json"}, "timeout": timeout},
+                options={"headers": self._headers, "timeout": timeout},
                 stream=stream,
             )
         except openai.APIStatusError as exc:

@@ -72,7 +72,7 @@ async def test_under_stop_a_tools_overrun_ends_the_run_without_an_answer(
     after = await scrape(stack["sidecar"])
     labels = {"profile": "tools_stop", "stage": "tools", "policy": "stop"}
     overruns = after.get("agent_sidecar_budget_overruns_total", **labels)
-    assert overruns - before.get("agent_sidecar_budget_overruns_total", **labels) == 1
+    assert overruns - before.get("agent_sidecar_budget_overruns_total", 0.0, **labels) == 1
     stopped = {"profile": "tools_stop", "stop_reason": "budget_stopped"}
     assert after.get("agent_sidecar_runs_total", **stopped) >= 1
 

@@ -80,7 +80,7 @@ async def test_a_read_only_call_starts_before_the_model_has_finished_its_answer(
     assert by_call[("slow_read", '{"tag":"last","ms":1}')] <= 0
     # The reader still ran after the writer, in the model's order.
     order = [o.split(":")[0] for o in (await tool_stats(stack["tools"].address))["order"]]
-    assert order[-2:] == ["E-1", "stock E-1"]
+    assert order[-4:] == ["E-1", "reserved E-1", "stock E-1", "stocked E-1"]
     # Overlapping stages count once: with the sidecar's own overhead they cover the total.
     stages = [s for s in result.timeline.stages if s.kind != agent_pb2.STAGE_KIND_OVERHEAD]
     overhead = next(s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_OVERHEAD)

@@ -48,6 +48,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
             profiles={
                 "default": {},
                 "two_steps": {"max_steps": 2},
+                "no_early": {"early_dispatch": False},
                 "one_call": {"max_tool_calls": 1},
                 "restricted": {"tools": ["slow_read"]},
                 "structured": {
@@ -97,7 +98,9 @@ async def test_a_question_that_needs_no_tool_is_answered_in_one_step(
 
 
 async def test_three_parallel_tools_cost_the_slowest_not_the_sum(client: AgentClient) -> None:
-    events, result = await run_events(client, "three slow reads please")
+    # Early dispatch off: calls started from the stream would overlap even if the step's
+    # own dispatch ran them one after another.
+    events, result = await run_events(client, "three slow reads please", profile="no_early")
     assert _stop(result) == "STOP_REASON_ANSWERED"
     calls = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL]
     assert len(calls) == 3
@@ -125,7 +128,9 @@ async def test_calls_with_conflicting_resource_keys_run_in_the_models_order(
     assert ms(second_a.tool_call.wait_duration) >= 100
     # The other SKU did not wait for either.
     assert ms(b.start_offset) < ms(first_a.start_offset) + ms(first_a.duration)
-    assert [o.split(":")[0] for o in stats["order"]][:2].count("A-1") >= 1
+    # The tool server saw the two A-1 writes in the model's order.
+    a_writes = [o.split(":", 1)[1] for o in stats["order"] if o.startswith("A-1:")]
+    assert a_writes[-2:] == [first_a.tool_call.call_id, second_a.tool_call.call_id]
 
 
 async def test_an_idempotent_tool_is_retried_on_unavailable(
@@ -329,20 +334,32 @@ async def test_a_unary_run_returns_the_result_and_the_session_keeps_the_turn(
     assert stored.turns[0].input == "three slow reads please"
 
 
-async def test_a_tool_that_needs_approval_waits_for_it(client: AgentClient) -> None:
+def _refunds(stats: dict[str, Any]) -> int:
+    return sum(o.startswith("refund ") for o in stats["order"])
+
+
+async def test_a_tool_that_needs_approval_waits_for_it(
+    client: AgentClient, tools_address: str
+) -> None:
     session = await client.create_session()
     seen: list[str] = []
     result = None
+    before = _refunds(await tool_stats(tools_address))
     async for event in client.stream(session.session_id, "refund order", timeout=30):
         kind = event.WhichOneof("event")
         seen.append(kind)
         if kind == "approval_required":
             assert event.approval_required.destructive
+            # Nothing ran before the decision...
+            assert _refunds(await tool_stats(tools_address)) == before
             await client.approve(session.session_id, event.approval_required.call_id, approved=True)
         elif kind == "run_finished":
             result = event.run_finished
-    assert result is not None and seen.index("approval_required") < seen.index("run_finished")
-    assert "tool_call_started" in seen
+    assert result is not None
+    assert seen.index("approval_required") < seen.index("tool_call_started")
+    assert seen.index("tool_call_started") < seen.index("run_finished")
+    # ...and it ran exactly once after it.
+    assert _refunds(await tool_stats(tools_address)) == before + 1
 
 
 async def test_a_denied_call_is_reported_to_the_model_as_denied(client: AgentClient) -> None:

@@ -77,3 +77,20 @@ def test_a_second_sidecar_in_the_same_directory_says_whose_file_it_is(tmp_path: 
     message = second.stderr
     assert str(tmp_path / "agent-sidecar.db") in message and f"process {first.pid}" in message
     assert "Traceback" not in message
+
+
+def test_an_endpoint_without_its_key_stops_the_sidecar_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text("model: {base_url: 'http://127.0.0.1:9/v1', api_key_env: NO_SUCH_KEY}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "NO_SUCH_KEY"},
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "NO_SUCH_KEY is unset or empty" in done.stderr and "model.keyless" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from agentsidecar.client import AgentClient
 from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelRequestRejected, ModelUnavailable, ToolUseFailed
 from sidecar.llm.model import ModelRequest
@@ -162,3 +164,24 @@ async def test_an_unreachable_endpoint_is_reported_as_unreachable() -> None:
         assert info.value.retryable
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("transport", "says"), [("direct", "(direct transport)"), ("sdk", "openai-python/")]
+)
+async def test_the_user_agent_says_what_sends_the_request(
+    sim: ServerProcess, tmp_path: Path, transport: str, says: str
+) -> None:
+    from sidecar import testing
+
+    config = testing.sidecar_config(sim.address, {})
+    config["model"]["transport"] = transport
+    with testing.sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            await client.run(session.session_id, "hello")
+    headers = (await SimControl(sim.address).stats())["last_headers"]
+    agent = headers["user-agent"]
+    assert agent.startswith("agent-sidecar/") and says in agent
+    assert transport == "sdk" or "openai-python" not in agent
+    assert headers["authorization"] == ""  # keyless: no header at all

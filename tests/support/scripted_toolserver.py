@@ -7,7 +7,11 @@ misbehave on request, and it counts what it saw so tests can assert on the serve
 - ``flaky_read(token, failures)``: idempotent; the first ``failures`` calls per token fail
   with UNAVAILABLE.
 - ``flaky_write(token, failures)``: like flaky_read, but not idempotent.
-- ``reserve(sku, ms)``: writes key ``sku:{sku}``; records overlapping calls per SKU.
+- ``reserve(sku, ms)``: writes key ``sku:{sku}``; records overlapping calls per SKU, and
+  its start and end in ``order``.
+- ``stock(sku, ms)``: reads key ``sku:{sku}``; records its start and end in ``order``.
+- ``fail_with(code, token)``: idempotent; the first call per token fails with the named
+  gRPC status code, later ones answer.
 - ``hang()``: never returns; counts the calls that were cancelled.
 - ``broken()``: fails with UNAVAILABLE while the server is in "broken" mode.
 - ``refund(order)``: destructive, requires approval.
@@ -39,8 +43,11 @@ from grpc_health.v1 import health, health_pb2_grpc
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 
 
-def _tool(name: str, properties: dict[str, Any], **facts: Any) -> tool_pb2.ToolDescriptor:
-    schema = {"type": "object", "properties": properties, "required": list(properties)}
+def _tool(
+    name: str, properties: dict[str, Any], optional: tuple[str, ...] = (), **facts: Any
+) -> tool_pb2.ToolDescriptor:
+    required = [p for p in properties if p not in optional]
+    schema = {"type": "object", "properties": properties, "required": required}
     return tool_pb2.ToolDescriptor(
         name=name,
         description=f"Test tool {name}.",
@@ -56,7 +63,8 @@ TOOLS = [
     _tool("flaky_read", {"token": STR, "failures": INT}, read_only=True, idempotent=True),
     _tool("flaky_write", {"token": STR, "failures": INT}),
     _tool("reserve", {"sku": STR, "ms": INT}, write_keys=["sku:{sku}"]),
-    _tool("stock", {"sku": STR}, read_only=True, read_keys=["sku:{sku}"]),
+    _tool("stock", {"sku": STR, "ms": INT}, ("ms",), read_only=True, read_keys=["sku:{sku}"]),
+    _tool("fail_with", {"code": STR, "token": STR}, read_only=True, idempotent=True),
     _tool("hang", {}, read_only=True),
     _tool("broken", {}, read_only=True),
     _tool("refund", {"order": STR}, destructive=True, requires_approval=True),
@@ -115,10 +123,19 @@ class ScriptedTools(tool_pb2_grpc.ToolServiceServicer):
                 await asyncio.sleep(args["ms"] / 1000)
             finally:
                 self.active[sku] -= 1
+                self.order.append(f"reserved {sku}:{request.call_id}")
             result.output = f"reserved {sku}"
         elif name == "stock":
             self.order.append(f"stock {args['sku']}:{request.call_id}")
+            await asyncio.sleep(args.get("ms", 0) / 1000)
+            self.order.append(f"stocked {args['sku']}:{request.call_id}")
             result.output = f"stock of {args['sku']}"
+        elif name == "fail_with":
+            key = f"fail_with:{args['token']}"
+            if self.failures_left.setdefault(key, 1) > 0:
+                self.failures_left[key] = 0
+                await context.abort(getattr(grpc.StatusCode, args["code"]), "failing on purpose")
+            result.output = f"answered after {self.calls[name]} calls"
         elif name == "hang":
             try:
                 await asyncio.sleep(3600)

@@ -156,9 +156,19 @@ class Scrape:
             for sample in family.samples:
                 self.samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
 
-    def get(self, name: str, **labels: str) -> float:
-        """The sample's value; 0 when the series does not exist (yet)."""
-        return self.samples.get((name, frozenset(labels.items())), 0.0)
+    def get(self, name: str, default: float | None = None, **labels: str) -> float:
+        """The sample's value.
+
+        Raises:
+            LookupError: the series does not exist and no ``default`` was given (a
+                renamed metric must fail a test, not read as 0).
+        """
+        value = self.samples.get((name, frozenset(labels.items())))
+        if value is not None:
+            return value
+        if default is None:
+            raise LookupError(f"no series {name}{labels} in the scrape")
+        return default
 
 
 async def scrape(side: ServerProcess) -> Scrape:

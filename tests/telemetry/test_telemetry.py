@@ -10,6 +10,7 @@ each other's runs.
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,11 @@ from tests.support.stack import (
     ms,
     run_events,
     scrape,
+    scripted_toolserver,
     set_broken,
+    sidecar,
+    sidecar_config,
+    simulator,
 )
 
 PRE_SALES = "Is SKU X-100 in inventory, what is its price, and is there a discount?"
@@ -44,7 +49,8 @@ def stack(observed_stack: dict[str, Any]) -> dict[str, Any]:
 
 
 def _delta(before: Scrape, after: Scrape, name: str, **labels: str) -> float:
-    return after.get(name, **labels) - before.get(name, **labels)
+    # A counter's labelled series exists once it was first incremented: absent is 0.
+    return after.get(name, 0.0, **labels) - before.get(name, 0.0, **labels)
 
 
 async def test_metrics_count_runs_model_calls_and_tool_calls_by_label(
@@ -102,12 +108,32 @@ async def test_failed_model_attempts_are_counted_by_status(
     assert retries == 1
 
 
-async def test_breaker_transitions_and_state_are_exported(
-    client: AgentClient, stack: dict[str, Any]
-) -> None:
-    side, tools = stack["sidecar"], stack["tools"].address
+@pytest.fixture
+async def breakable(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """A stack of its own: a test that opens a breaker must not fail its neighbours'."""
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(
+            sim,
+            [
+                {
+                    "name": "scripted",
+                    "address": tools.address,
+                    "breaker": {"failure_threshold": 3, "reset_timeout": 0.3},
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+            telemetry={"metrics": {"enabled": True, "port": 0}},
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                yield {"sidecar": side, "tools": tools, "client": client}
+
+
+async def test_breaker_transitions_and_state_are_exported(breakable: dict[str, Any]) -> None:
+    side, tools, client = breakable["sidecar"], breakable["tools"].address, breakable["client"]
     before = await scrape(side)
-    assert before.get("agent_sidecar_breaker_state", server="shop") == 0
+    assert before.get("agent_sidecar_breaker_state", server="scripted") == 0
     await set_broken(tools, True)
     try:
         await run_events(client, "three broken")
