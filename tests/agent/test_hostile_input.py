@@ -245,3 +245,20 @@ def test_any_input_and_output_mode_get_a_result_or_a_named_violation(
         return
     assert text.strip() and mode in (0, 1, 2)
     assert events[-1].WhichOneof("event") == "run_finished"
+
+
+@pytest.mark.parametrize("retry_after", ["nan", "inf", "-1", "soon", "1e400"])
+def test_an_unusable_retry_after_is_ignored_and_the_run_ends_with_its_error(
+    processes: dict[str, Any], stub: agent_pb2_grpc.AgentServiceStub, retry_after: str
+) -> None:
+    control(processes["sim"], "/reset")
+    body = json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})
+    fault = {"kind": "raw", "status": 429, "body": body, "headers": {"retry-after": retry_after}}
+    control(processes["sim"], "/faults", {"faults": [{**fault, "times": ATTEMPTS}]})
+    sid = session(stub)
+
+    result = stub.Run(agent_pb2.RunRequest(session_id=sid, input="hi"), timeout=20).result
+
+    assert result.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
+    assert result.error.code == "model_rate_limited"
+    assert [t.stop_reason for t in stored(stub, sid).turns] == [result.stop_reason]
