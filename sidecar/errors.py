@@ -13,6 +13,8 @@ it picks a status code::
     │   ├── InvalidRequest        fields of the request are invalid (each one named)
     │   │   ├── InputTooLarge     the user input is longer than the profile allows
     │   │   └── MalformedRequest  the request's bytes are not a valid message
+    │   ├── Unauthenticated       no credentials, or ones that name no principal
+    │   ├── PermissionDenied      the principal may not use that profile
     │   ├── SessionNotFound       no such session (never created, deleted, expired)
     │   ├── ProfileNotFound       no such agent profile in the configuration
     │   ├── CallNotPending        no such tool call is waiting for approval
@@ -23,6 +25,7 @@ it picks a status code::
     │   └── ResourceExhausted     a limit was reached
     │       ├── Overloaded        too many runs in flight (retryable)
     │       ├── TooManySessions   the store holds as many sessions as allowed
+    │       ├── QuotaExceeded     the principal used its quota (runs, rate, sessions)
     │       └── StreamBacklog     the caller read a stream too slowly
     ├── ModelError                the model could not produce a response (code, status)
     │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
@@ -59,8 +62,10 @@ __all__ = [
     "ModelRequestRejected",
     "ModelUnavailable",
     "Overloaded",
+    "PermissionDenied",
     "ProfileNotFound",
     "ProfileRemoved",
+    "QuotaExceeded",
     "RequestError",
     "ResourceExhausted",
     "SessionBusy",
@@ -73,6 +78,7 @@ __all__ = [
     "TelemetryUnavailable",
     "TooManySessions",
     "ToolUseFailed",
+    "Unauthenticated",
 ]
 
 
@@ -134,6 +140,8 @@ class RequestError(SidecarError):
 
     resource: tuple[str, str] | None = None
     violations: tuple[FieldViolation, ...] = ()
+    quota: tuple[str, str] | None = None
+    """``(subject, description)`` of the quota that was used up, when one was."""
 
     def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
@@ -171,6 +179,20 @@ class MalformedRequest(InvalidRequest):
 
 
 _SESSION = "agentsidecar.v1.Session"
+
+
+class Unauthenticated(RequestError):
+    """The call carries no credentials, or ones that name no principal.
+
+    The message says which of the two, never which principals exist."""
+
+
+class PermissionDenied(RequestError):
+    """The principal may not use the profile (``auth.principals[].profiles``)."""
+
+    def __init__(self, principal: str, profile: str) -> None:
+        super().__init__(f"principal {principal!r} may not use profile {profile!r}")
+        self.resource = ("agentsidecar.v1.Profile", profile)
 
 
 class SessionNotFound(RequestError):
@@ -267,6 +289,21 @@ class TooManySessions(ResourceExhausted):
             f"the store holds {limit} sessions, the most allowed; delete some first",
             metadata={"limit": str(limit)},
         )
+
+
+class QuotaExceeded(ResourceExhausted):
+    """The principal used up one of its quotas (``auth.principals[].quota``)."""
+
+    def __init__(
+        self, principal: str, quota: str, limit: int, *, retry_after: float | None
+    ) -> None:
+        super().__init__(
+            f"principal {principal!r} is at its quota of {limit} {quota.replace('_', ' ')}",
+            metadata={"quota": quota, "limit": str(limit), "principal": principal},
+        )
+        self.quota = (f"principal:{principal}", f"{quota} at most {limit}")
+        self.retry_after = retry_after
+        self.retryable = retry_after is not None
 
 
 class StreamBacklog(ResourceExhausted):

@@ -4,8 +4,9 @@ Every status the sidecar answers with carries a ``google.rpc.Status`` in the
 ``grpc-status-details-bin`` trailer (``grpcio-status``): an ``ErrorInfo`` whose
 ``reason`` is stable and documented (clients branch on it, never on the message), and,
 where they apply, ``BadRequest`` field violations, ``ResourceInfo`` for the missing or
-taken resource, ``RetryInfo`` when a retry delay is known. The reasons are listed in
-``protos/agentsidecar/v1/agent.proto`` and ``docs/errors.md``.
+taken resource, ``QuotaFailure`` for a principal's used-up quota, ``RetryInfo`` when a
+retry delay is known. The reasons are listed in ``protos/agentsidecar/v1/agent.proto``
+and ``docs/errors.md``.
 
 An exception that is not a :class:`~sidecar.errors.SidecarError` is a bug: it is logged
 with its traceback and an error id, and the caller gets INTERNAL with that id and no
@@ -30,8 +31,10 @@ from sidecar.errors import (
     InvalidRequest,
     MalformedRequest,
     Overloaded,
+    PermissionDenied,
     ProfileNotFound,
     ProfileRemoved,
+    QuotaExceeded,
     RequestError,
     SessionBusy,
     SessionExists,
@@ -39,6 +42,7 @@ from sidecar.errors import (
     SidecarError,
     StreamBacklog,
     TooManySessions,
+    Unauthenticated,
 )
 
 __all__ = ["DOMAIN", "REASONS", "internal_status", "to_status"]
@@ -59,6 +63,8 @@ _TABLE: dict[type[SidecarError], _Entry] = {
     InvalidRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST"),
     InputTooLarge: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INPUT_TOO_LARGE"),
     MalformedRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_REQUEST"),
+    Unauthenticated: _Entry(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
+    PermissionDenied: _Entry(grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"),
     SessionNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     ProfileNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "PROFILE_NOT_FOUND"),
     CallNotPending: _Entry(grpc.StatusCode.NOT_FOUND, "CALL_NOT_PENDING"),
@@ -68,6 +74,7 @@ _TABLE: dict[type[SidecarError], _Entry] = {
     Draining: _Entry(grpc.StatusCode.UNAVAILABLE, "DRAINING"),
     Overloaded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED"),
     TooManySessions: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS"),
+    QuotaExceeded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED"),
     StreamBacklog: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "STREAM_BACKLOG"),
 }
 _INTERNAL = _Entry(grpc.StatusCode.INTERNAL, "INTERNAL")
@@ -129,6 +136,19 @@ def to_status(exc: SidecarError) -> grpc.Status:
         kind, name = exc.resource
         details.append(
             _pack(error_details_pb2.ResourceInfo(resource_type=kind, resource_name=name))
+        )
+    if exc.quota is not None:
+        subject, description = exc.quota
+        details.append(
+            _pack(
+                error_details_pb2.QuotaFailure(
+                    violations=[
+                        error_details_pb2.QuotaFailure.Violation(
+                            subject=subject, description=description
+                        )
+                    ]
+                )
+            )
         )
     if exc.retry_after is not None:
         whole = int(exc.retry_after)

@@ -173,10 +173,12 @@ const (
 	// The model could not be used (rejected request, retries exhausted);
 	// RunResult.error says why.
 	StopReason_STOP_REASON_MODEL_ERROR StopReason = 5
-	// The caller cancelled the run, or the sidecar drained before it ended.
+	// The caller cancelled the run, or its session was deleted while it ran
+	// (RunResult.error.code "session_deleted": nothing of it runs afterwards).
 	StopReason_STOP_REASON_CANCELLED StopReason = 6
-	// The run was cut off and never finished (the sidecar stopped mid-run).
-	// Only seen on stored turns.
+	// The run was cut off: the sidecar stopped before it ended (its drain's
+	// grace period ran out; RunResult.error.code "interrupted", retryable on
+	// another replica), or, on stored turns, its process died mid-run.
 	StopReason_STOP_REASON_INTERRUPTED StopReason = 7
 	// The answer did not match the profile's answer schema.
 	StopReason_STOP_REASON_INVALID_ANSWER StopReason = 8
@@ -190,6 +192,9 @@ const (
 	// RunResult.budget_overruns says which stage overran. Distinct from
 	// STOP_REASON_BUDGET_EXHAUSTED, which means the run's time ran out.
 	StopReason_STOP_REASON_BUDGET_STOPPED StopReason = 10
+	// The model refused to answer (the provider's refusal field); the answer
+	// is the refusal's text.
+	StopReason_STOP_REASON_REFUSED StopReason = 11
 )
 
 // Enum value maps for StopReason.
@@ -206,6 +211,7 @@ var (
 		8:  "STOP_REASON_INVALID_ANSWER",
 		9:  "STOP_REASON_BUDGET_ANSWERED",
 		10: "STOP_REASON_BUDGET_STOPPED",
+		11: "STOP_REASON_REFUSED",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":      0,
@@ -219,6 +225,7 @@ var (
 		"STOP_REASON_INVALID_ANSWER":   8,
 		"STOP_REASON_BUDGET_ANSWERED":  9,
 		"STOP_REASON_BUDGET_STOPPED":   10,
+		"STOP_REASON_REFUSED":          11,
 	}
 )
 
@@ -573,6 +580,9 @@ const (
 	ToolAvailability_TOOL_AVAILABILITY_SERVER_UNAVAILABLE ToolAvailability = 2
 	// The tool's server's circuit breaker is open.
 	ToolAvailability_TOOL_AVAILABILITY_BREAKER_OPEN ToolAvailability = 3
+	// The tool is not offered: another tool server, configured before its
+	// own, offers a tool of the same name and owns it.
+	ToolAvailability_TOOL_AVAILABILITY_NAME_TAKEN ToolAvailability = 4
 )
 
 // Enum value maps for ToolAvailability.
@@ -582,12 +592,14 @@ var (
 		1: "TOOL_AVAILABILITY_AVAILABLE",
 		2: "TOOL_AVAILABILITY_SERVER_UNAVAILABLE",
 		3: "TOOL_AVAILABILITY_BREAKER_OPEN",
+		4: "TOOL_AVAILABILITY_NAME_TAKEN",
 	}
 	ToolAvailability_value = map[string]int32{
 		"TOOL_AVAILABILITY_UNSPECIFIED":        0,
 		"TOOL_AVAILABILITY_AVAILABLE":          1,
 		"TOOL_AVAILABILITY_SERVER_UNAVAILABLE": 2,
 		"TOOL_AVAILABILITY_BREAKER_OPEN":       3,
+		"TOOL_AVAILABILITY_NAME_TAKEN":         4,
 	}
 )
 
@@ -734,7 +746,15 @@ func (x *CreateSessionResponse) GetSession() *Session {
 type GetSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session's id.
-	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The most turns to return, oldest first. 0 means 50; at most 1000. A
+	// page may hold fewer, so the response stays well under the sidecar's
+	// message limit; next_page_token then continues it.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of an earlier response, to read the turns after the
+	// ones it returned; empty for the first page. A token that does not come
+	// from this session fails with INVALID_REQUEST.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,11 +796,32 @@ func (x *GetSessionRequest) GetSessionId() string {
 	return ""
 }
 
-// GetSessionResponse returns a session.
+func (x *GetSessionRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetSessionRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetSessionResponse returns a session and one page of its turns.
 type GetSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The session with every turn it has finished or that was interrupted.
-	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The session with one page of the turns it has finished or that were
+	// interrupted. A turn's input or answer longer than 65,536 characters is
+	// cut there, with a marker saying how much was left out.
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The token for the next page of turns; empty when this page holds the
+	// last one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many turns the session has in all.
+	TotalTurns    uint32 `protobuf:"varint,3,opt,name=total_turns,json=totalTurns,proto3" json:"total_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -820,6 +861,20 @@ func (x *GetSessionResponse) GetSession() *Session {
 		return x.Session
 	}
 	return nil
+}
+
+func (x *GetSessionResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *GetSessionResponse) GetTotalTurns() uint32 {
+	if x != nil {
+		return x.TotalTurns
+	}
+	return 0
 }
 
 // DeleteSessionRequest names a session to remove.
@@ -2217,8 +2272,13 @@ type Cost struct {
 	// from its prompt cache, at the cached price (the prompt price when the
 	// table sets none).
 	CachedPromptUsd float64 `protobuf:"fixed64,4,opt,name=cached_prompt_usd,json=cachedPromptUsd,proto3" json:"cached_prompt_usd,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The model whose list prices were used.
+	PricedAs string `protobuf:"bytes,5,opt,name=priced_as,json=pricedAs,proto3" json:"priced_as,omitempty"`
+	// True when the run used the built-in LLM simulator: the cost is what its
+	// tokens would cost on priced_as, not a charge.
+	Simulated     bool `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cost) Reset() {
@@ -2277,6 +2337,20 @@ func (x *Cost) GetCachedPromptUsd() float64 {
 		return x.CachedPromptUsd
 	}
 	return 0
+}
+
+func (x *Cost) GetPricedAs() string {
+	if x != nil {
+		return x.PricedAs
+	}
+	return ""
+}
+
+func (x *Cost) GetSimulated() bool {
+	if x != nil {
+		return x.Simulated
+	}
+	return false
 }
 
 // BudgetExceeded says that one stage of a run overran its latency budget.
@@ -3003,8 +3077,10 @@ func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
 // SessionTool is one tool as a session sees it.
 type SessionTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tool's descriptor; its name is the name the model sees, which is
-	// prefixed with the server's name when two servers offer the same name.
+	// The tool's descriptor; its name is the name the model sees. A name
+	// belongs to the first configured server that offers it; another server's
+	// tool of that name is listed with TOOL_AVAILABILITY_NAME_TAKEN and is not
+	// offered to the model.
 	// (Named tool rather than descriptor: a field named descriptor clashes
 	// with the getDescriptor() method of Java's generated messages.)
 	Tool *ToolDescriptor `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
@@ -3082,12 +3158,18 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x15CreateSessionResponse\x122\n" +
-	"\asession\x18\x01 \x01(\v2\x18.agentsidecar.v1.SessionR\asession\"2\n" +
+	"\asession\x18\x01 \x01(\v2\x18.agentsidecar.v1.SessionR\asession\"n\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"H\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x91\x01\n" +
 	"\x12GetSessionResponse\x122\n" +
-	"\asession\x18\x01 \x01(\v2\x18.agentsidecar.v1.SessionR\asession\"5\n" +
+	"\asession\x18\x01 \x01(\v2\x18.agentsidecar.v1.SessionR\asession\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
+	"\vtotal_turns\x18\x03 \x01(\rR\n" +
+	"totalTurns\"5\n" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"1\n" +
@@ -3200,13 +3282,15 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x04R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x04R\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\"\x95\x01\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\"\xd0\x01\n" +
 	"\x04Cost\x12\x1d\n" +
 	"\n" +
 	"prompt_usd\x18\x01 \x01(\x01R\tpromptUsd\x12%\n" +
 	"\x0ecompletion_usd\x18\x02 \x01(\x01R\rcompletionUsd\x12\x1b\n" +
 	"\ttotal_usd\x18\x03 \x01(\x01R\btotalUsd\x12*\n" +
-	"\x11cached_prompt_usd\x18\x04 \x01(\x01R\x0fcachedPromptUsd\"\xf3\x01\n" +
+	"\x11cached_prompt_usd\x18\x04 \x01(\x01R\x0fcachedPromptUsd\x12\x1b\n" +
+	"\tpriced_as\x18\x05 \x01(\tR\bpricedAs\x12\x1c\n" +
+	"\tsimulated\x18\x06 \x01(\bR\tsimulated\"\xf3\x01\n" +
 	"\x0eBudgetExceeded\x122\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x1c.agentsidecar.v1.BudgetStageR\x05stage\x121\n" +
 	"\x06budget\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06budget\x12/\n" +
@@ -3278,7 +3362,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1cTOOL_CALL_STATUS_UNAVAILABLE\x10\x04\x12\x1b\n" +
 	"\x17TOOL_CALL_STATUS_DENIED\x10\x05\x12!\n" +
 	"\x1dTOOL_CALL_STATUS_UNKNOWN_TOOL\x10\x06\x12\x1b\n" +
-	"\x17TOOL_CALL_STATUS_CACHED\x10\a*\xd6\x02\n" +
+	"\x17TOOL_CALL_STATUS_CACHED\x10\a*\xef\x02\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3292,7 +3376,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1aSTOP_REASON_INVALID_ANSWER\x10\b\x12\x1f\n" +
 	"\x1bSTOP_REASON_BUDGET_ANSWERED\x10\t\x12\x1e\n" +
 	"\x1aSTOP_REASON_BUDGET_STOPPED\x10\n" +
-	"*\x8b\x01\n" +
+	"\x12\x17\n" +
+	"\x13STOP_REASON_REFUSED\x10\v*\x8b\x01\n" +
 	"\vBudgetStage\x12\x1c\n" +
 	"\x18BUDGET_STAGE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BUDGET_STAGE_TOTAL\x10\x01\x12\x16\n" +
@@ -3320,12 +3405,13 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x10ApprovalDecision\x12!\n" +
 	"\x1dAPPROVAL_DECISION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19APPROVAL_DECISION_APPROVE\x10\x01\x12\x1a\n" +
-	"\x16APPROVAL_DECISION_DENY\x10\x02*\xa4\x01\n" +
+	"\x16APPROVAL_DECISION_DENY\x10\x02*\xc6\x01\n" +
 	"\x10ToolAvailability\x12!\n" +
 	"\x1dTOOL_AVAILABILITY_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bTOOL_AVAILABILITY_AVAILABLE\x10\x01\x12(\n" +
 	"$TOOL_AVAILABILITY_SERVER_UNAVAILABLE\x10\x02\x12\"\n" +
-	"\x1eTOOL_AVAILABILITY_BREAKER_OPEN\x10\x032\x8c\x05\n" +
+	"\x1eTOOL_AVAILABILITY_BREAKER_OPEN\x10\x03\x12 \n" +
+	"\x1cTOOL_AVAILABILITY_NAME_TAKEN\x10\x042\x8c\x05\n" +
 	"\fAgentService\x12^\n" +
 	"\rCreateSession\x12%.agentsidecar.v1.CreateSessionRequest\x1a&.agentsidecar.v1.CreateSessionResponse\x12U\n" +
 	"\n" +

@@ -48,8 +48,19 @@ const (
 // reasons; branch on the reason, never on the message:
 //
 //   - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
-//     google.rpc.BadRequest names each one.
+//     google.rpc.BadRequest names each one. Ids (session, profile, call) are
+//     1 to 128 characters of letters, digits and ._:@-, starting with a letter
+//     or digit; docs/errors.md lists every limit.
+//   - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
+//     profile allows (ErrorInfo.metadata["limit"]).
+//   - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
+//     as the method's request message.
+//   - UNAUTHENTICATED (UNAUTHENTICATED): no credentials, or ones that name no
+//     principal (auth.principals in the sidecar's configuration).
+//   - PERMISSION_DENIED (PERMISSION_DENIED): the principal may not use the
+//     profile; ResourceInfo names it.
 //   - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+//     A session another principal created does not exist for the caller.
 //   - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
 //   - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
 //   - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
@@ -59,6 +70,15 @@ const (
 //     longer configured.
 //   - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
 //     when to retry (on another replica).
+//   - OVERLOADED (RESOURCE_EXHAUSTED): as many runs are in flight as the
+//     sidecar takes; RetryInfo says when to retry.
+//   - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
+//     sessions as allowed; delete some.
+//   - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
+//     quotas; QuotaFailure names it, RetryInfo says when to retry (when a
+//     retry can help).
+//   - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
+//     slowly; the run was cancelled.
 //   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
 //     sidecar's log line.
 //
@@ -196,8 +216,19 @@ func (c *agentServiceClient) ListSessionTools(ctx context.Context, in *ListSessi
 // reasons; branch on the reason, never on the message:
 //
 //   - INVALID_REQUEST (INVALID_ARGUMENT): a field is missing or invalid; a
-//     google.rpc.BadRequest names each one.
+//     google.rpc.BadRequest names each one. Ids (session, profile, call) are
+//     1 to 128 characters of letters, digits and ._:@-, starting with a letter
+//     or digit; docs/errors.md lists every limit.
+//   - INPUT_TOO_LARGE (INVALID_ARGUMENT): the input is longer than the
+//     profile allows (ErrorInfo.metadata["limit"]).
+//   - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
+//     as the method's request message.
+//   - UNAUTHENTICATED (UNAUTHENTICATED): no credentials, or ones that name no
+//     principal (auth.principals in the sidecar's configuration).
+//   - PERMISSION_DENIED (PERMISSION_DENIED): the principal may not use the
+//     profile; ResourceInfo names it.
 //   - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+//     A session another principal created does not exist for the caller.
 //   - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
 //   - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
 //   - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
@@ -207,6 +238,15 @@ func (c *agentServiceClient) ListSessionTools(ctx context.Context, in *ListSessi
 //     longer configured.
 //   - DRAINING (UNAVAILABLE): the sidecar is shutting down; RetryInfo says
 //     when to retry (on another replica).
+//   - OVERLOADED (RESOURCE_EXHAUSTED): as many runs are in flight as the
+//     sidecar takes; RetryInfo says when to retry.
+//   - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
+//     sessions as allowed; delete some.
+//   - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
+//     quotas; QuotaFailure names it, RetryInfo says when to retry (when a
+//     retry can help).
+//   - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
+//     slowly; the run was cancelled.
 //   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
 //     sidecar's log line.
 //

@@ -2,8 +2,8 @@
 
 Every error status from the sidecar carries a ``google.rpc.Status`` in the
 ``grpc-status-details-bin`` trailer: an ``ErrorInfo`` with a stable ``reason`` (branch
-on it, never on the message), and where they apply ``BadRequest``, ``ResourceInfo`` and
-``RetryInfo``. Example::
+on it, never on the message), and where they apply ``BadRequest``, ``ResourceInfo``,
+``QuotaFailure`` and ``RetryInfo``. Example::
 
     try:
         await client.get_session("s-1")
@@ -45,6 +45,8 @@ class ErrorDetails:
     """``(field, description)`` of each invalid field (``BadRequest``)."""
     resource: tuple[str, str] | None = None
     """``(type, name)`` of the resource the error is about (``ResourceInfo``)."""
+    quota: tuple[tuple[str, str], ...] = ()
+    """``(subject, description)`` of each used-up quota (``QuotaFailure``)."""
 
 
 def error_details(error: grpc.RpcError) -> ErrorDetails:
@@ -60,9 +62,10 @@ def error_details(error: grpc.RpcError) -> ErrorDetails:
     retry = error_details_pb2.RetryInfo()
     bad = error_details_pb2.BadRequest()
     resource = error_details_pb2.ResourceInfo()
+    quota = error_details_pb2.QuotaFailure()
     seen = set()
     for detail in status.details:
-        for message_ in (info, retry, bad, resource):
+        for message_ in (info, retry, bad, resource, quota):
             if detail.Is(message_.DESCRIPTOR):
                 detail.Unpack(message_)
                 seen.add(message_.DESCRIPTOR.name)
@@ -79,4 +82,5 @@ def error_details(error: grpc.RpcError) -> ErrorDetails:
         resource=(resource.resource_type, resource.resource_name)
         if "ResourceInfo" in seen
         else None,
+        quota=tuple((v.subject, v.description) for v in quota.violations),
     )

@@ -49,7 +49,12 @@ class AgentServiceStub:
     profile allows (ErrorInfo.metadata["limit"]).
     - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
     as the method's request message.
+    - UNAUTHENTICATED (UNAUTHENTICATED): no credentials, or ones that name no
+    principal (auth.principals in the sidecar's configuration).
+    - PERMISSION_DENIED (PERMISSION_DENIED): the principal may not use the
+    profile; ResourceInfo names it.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+    A session another principal created does not exist for the caller.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
     - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
@@ -63,6 +68,9 @@ class AgentServiceStub:
     sidecar takes; RetryInfo says when to retry.
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
+    - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
+    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
@@ -138,7 +146,12 @@ class AgentServiceServicer:
     profile allows (ErrorInfo.metadata["limit"]).
     - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
     as the method's request message.
+    - UNAUTHENTICATED (UNAUTHENTICATED): no credentials, or ones that name no
+    principal (auth.principals in the sidecar's configuration).
+    - PERMISSION_DENIED (PERMISSION_DENIED): the principal may not use the
+    profile; ResourceInfo names it.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+    A session another principal created does not exist for the caller.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
     - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
@@ -152,6 +165,9 @@ class AgentServiceServicer:
     sidecar takes; RetryInfo says when to retry.
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
+    - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
+    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
@@ -288,7 +304,12 @@ class AgentService:
     profile allows (ErrorInfo.metadata["limit"]).
     - MALFORMED_REQUEST (INVALID_ARGUMENT): the request's bytes do not decode
     as the method's request message.
+    - UNAUTHENTICATED (UNAUTHENTICATED): no credentials, or ones that name no
+    principal (auth.principals in the sidecar's configuration).
+    - PERMISSION_DENIED (PERMISSION_DENIED): the principal may not use the
+    profile; ResourceInfo names it.
     - SESSION_NOT_FOUND (NOT_FOUND): no such session; ResourceInfo names it.
+    A session another principal created does not exist for the caller.
     - PROFILE_NOT_FOUND (NOT_FOUND): CreateSession names an unknown profile.
     - CALL_NOT_PENDING (NOT_FOUND): no such call is waiting for approval.
     - SESSION_EXISTS (ALREADY_EXISTS): CreateSession with a taken id.
@@ -302,6 +323,9 @@ class AgentService:
     sidecar takes; RetryInfo says when to retry.
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
+    - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
+    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
