@@ -91,6 +91,25 @@ class BreakerPolicy(_Strict):
         return self
 
 
+class ClientTlsConfig(_Strict):
+    """TLS from the sidecar to a server it calls."""
+
+    ca_file: str | None = None
+    """PEM CA bundle the server's certificate must chain to; unset: the system's."""
+    cert_file: str | None = None
+    """PEM certificate chain the sidecar presents (mutual TLS)."""
+    key_file: str | None = None
+    """PEM private key of ``cert_file``."""
+    server_name: str | None = None
+    """The name to verify the server's certificate against; unset: the address's host."""
+
+    @model_validator(mode="after")
+    def _cert_and_key(self) -> ClientTlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+
 class ToolServerConfig(_Strict):
     """One tool server the sidecar discovers tools from and dispatches calls to."""
 
@@ -106,6 +125,13 @@ class ToolServerConfig(_Strict):
     """The server's circuit breaker."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
+    tls: ClientTlsConfig | None = None
+    """TLS to the server (with ``cert_file``, mutual TLS); unset: plaintext."""
+    token_env: str | None = None
+    """Environment variable holding a bearer token the sidecar sends the server on every
+    call (for a server that requires it)."""
+    token_file: str | None = None
+    """File holding that token, read at start."""
     keepalive_time: float = Field(300.0, ge=0.1)
     """Seconds between the pings that check an idle connection is alive. Default 300: the
     most often a gRPC server that sets no keepalive policy accepts (Python's, Go's and
@@ -247,6 +273,21 @@ class ProfileConfig(_Strict):
     """The context window, tool-result trimming and memory of the profile's sessions."""
 
 
+class ServerTlsConfig(_Strict):
+    """TLS on the sidecar's endpoint; with ``client_ca_file``, mutual TLS."""
+
+    cert_file: str
+    """PEM certificate chain the sidecar presents."""
+    key_file: str
+    """PEM private key of that certificate."""
+    client_ca_file: str | None = None
+    """PEM CA bundle that client certificates must chain to; set, every caller must
+    present one (mutual TLS), and a principal may be named by its certificate's SAN."""
+    reload_interval: float = Field(5.0, gt=0)
+    """Seconds between checks of the files; a changed file is used for new connections
+    from then on, calls in flight keep theirs."""
+
+
 class ServerConfig(_Strict):
     """The sidecar's own gRPC endpoint."""
 
@@ -265,6 +306,18 @@ class ServerConfig(_Strict):
     """Bytes of events a stream may hold for a caller that reads them too slowly; past
     it the run is cancelled and the stream ends RESOURCE_EXHAUSTED (STREAM_BACKLOG), so
     a slow reader costs the sidecar this much memory at most."""
+    tls: ServerTlsConfig | None = None
+    """TLS (and mutual TLS) on the endpoint; unset: plaintext, allowed on loopback only
+    unless ``insecure``."""
+    insecure: bool = False
+    """Allow binding an address other than loopback without TLS or without caller
+    authentication (``auth.principals``); the sidecar then warns at start. Without it,
+    such a setup stops the sidecar at start."""
+    reflection: bool = True
+    """Serve gRPC server reflection (v1 and v1alpha), open to every caller like health."""
+    health_port: int | None = Field(None, ge=0, le=65535)
+    """A second, plaintext port that serves only ``grpc.health.v1`` (for probes that
+    speak no TLS, such as the kubelet's); unset: none."""
 
 
 class MetricsConfig(_Strict):
@@ -409,6 +462,75 @@ class SecurityConfig(_Strict):
         return patterns
 
 
+class QuotaConfig(_Strict):
+    """What one principal may use; unset limits are not checked."""
+
+    concurrent_runs: int | None = Field(None, ge=1)
+    """Runs in flight at once."""
+    runs_per_minute: int | None = Field(None, ge=1)
+    """Runs started in any 60 seconds."""
+    sessions: int | None = Field(None, ge=1)
+    """Sessions the principal holds in the store."""
+
+
+class PrincipalConfig(_Strict):
+    """One caller: how it proves who it is, and what it may use.
+
+    Exactly one of the token sources, or ``san``, or a token source and ``san`` both (the
+    caller may use either)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+    """The principal's name, in the audit log and in its sessions' namespace."""
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 (hex) of its bearer token: the token itself is never in the file."""
+    token_env: str | None = None
+    """Environment variable holding its bearer token."""
+    token_file: str | None = None
+    """File holding its bearer token (reread when it changes)."""
+    san: str | None = None
+    """A subject alternative name (URI or DNS) of its client certificate, with mutual TLS
+    (``server.tls.client_ca_file``)."""
+    profiles: list[str] | None = None
+    """Profiles it may create sessions under and run; unset: every profile."""
+    quota: QuotaConfig = QuotaConfig()
+    """What it may use."""
+
+    @model_validator(mode="after")
+    def _one_way_to_prove_it(self) -> PrincipalConfig:
+        tokens = [x for x in (self.token_sha256, self.token_env, self.token_file) if x]
+        if len(tokens) > 1:
+            raise ValueError("set one of token_sha256, token_env and token_file")
+        if not tokens and self.san is None:
+            raise ValueError("set a token (token_sha256, token_env or token_file) or a san")
+        return self
+
+
+class AuditConfig(_Strict):
+    """The audit record: one JSON line per event, appended."""
+
+    path: str | None = None
+    """File the lines are appended to; ``-`` for stdout; unset: no audit record."""
+
+
+class AuthConfig(_Strict):
+    """Who may call the sidecar, and the record of what they did."""
+
+    principals: list[PrincipalConfig] = Field(default_factory=list)
+    """The callers. Empty: no authentication, every caller is the anonymous principal
+    (loopback only, unless ``server.insecure``)."""
+    audit: AuditConfig = AuditConfig()
+    """The audit record."""
+
+    @field_validator("principals")
+    @classmethod
+    def _unique_names(cls, principals: list[PrincipalConfig]) -> list[PrincipalConfig]:
+        names = [p.name for p in principals]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"principal names must be unique; repeated: {repeated}")
+        return principals
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -422,6 +544,7 @@ class SidecarConfig(_Strict):
     sessions: SessionsConfig = SessionsConfig()
     cache: CacheConfig = CacheConfig()
     security: SecurityConfig = SecurityConfig()
+    auth: AuthConfig = AuthConfig()
 
     @field_validator("tool_servers")
     @classmethod
@@ -484,6 +607,14 @@ def load_config(path: str | Path) -> SidecarConfig:
 def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | None:
     """The model API key from the environment, or None when it is unset or empty."""
     return environ.get(model.api_key_env) or None
+
+
+def token_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables the configuration names for tokens (``token_env`` of
+    principals and tool servers), with their values; unset or empty ones are left out."""
+    names = {p.token_env for p in config.auth.principals if p.token_env}
+    names |= {s.token_env for s in config.tool_servers if s.token_env}
+    return {name: environ[name] for name in sorted(names) if environ.get(name)}
 
 
 def dsn_password(dsn: str | None) -> str | None:

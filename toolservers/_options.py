@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentsidecar.logs import FORMATS, LEVELS
 
@@ -31,6 +33,16 @@ class ServeOptions:
             continues the caller's trace (W3C ``traceparent`` in the gRPC metadata)
             in a span of its own, exported there. Default none: no tracing. Needs
             ``pip install 'agent-sidecar[tracing]'``.
+        tls_cert_file: PEM certificate chain to serve TLS with (with ``tls_key_file``).
+            The files are reread when they change; calls in flight keep their
+            connection. Default none: plaintext.
+        tls_key_file: PEM private key of ``tls_cert_file``.
+        tls_client_ca_file: PEM CA bundle the caller's certificate must chain to: with
+            it, only a caller holding such a certificate (the sidecar, with
+            ``tool_servers[].tls.cert_file``) gets through (mutual TLS).
+        token: A bearer token every tool call must carry (the sidecar sends it with
+            ``tool_servers[].token_env`` or ``token_file``); health and reflection stay
+            open. Default none. On the command line: ``--token-env`` or ``--token-file``.
     """
 
     host: str = "127.0.0.1"
@@ -41,6 +53,18 @@ class ServeOptions:
     sync_workers: int = 32
     handle_signals: bool = True
     otlp_endpoint: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file")
+        if self.token is not None and not self.token.strip():
+            raise ValueError("token is empty")
 
     def latency_for(self, tool_name: str) -> float:
         """The simulated latency of one tool, in seconds."""
@@ -77,6 +101,20 @@ def parse_serve_args(
         metavar="HOST:PORT",
         help="trace each call and export the spans to this OTLP/gRPC receiver",
     )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this PEM certificate")
+    parser.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require callers' certificates to chain to this PEM CA (mutual TLS)",
+    )
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument(
+        "--token-env", metavar="NAME", help="require the bearer token held by this variable"
+    )
+    tokens.add_argument(
+        "--token-file", metavar="FILE", help="require the bearer token held in this file"
+    )
     parser.add_argument(
         "--log-level",
         type=str.upper,
@@ -99,13 +137,37 @@ def parse_serve_args(
             per_tool[tool] = float(millis) / 1000
         except ValueError:
             parser.error(f"--latency {item!r}: {millis!r} is not a number of milliseconds")
-    options = ServeOptions(
-        host=args.host,
-        port=args.port,
-        grace=args.grace,
-        latency=args.latency_ms / 1000,
-        tool_latency=per_tool,
-        sync_workers=args.sync_workers,
-        otlp_endpoint=args.otlp_endpoint,
-    )
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env, "").strip()
+        if not token:
+            parser.error(f"--token-env {args.token_env}: the variable is unset or empty")
+    elif args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            parser.error(f"--token-file {args.token_file}: {exc.strerror}")
+        if not token:
+            parser.error(f"--token-file {args.token_file}: the file is empty")
+    try:
+        options = ServeOptions(
+            host=args.host,
+            port=args.port,
+            grace=args.grace,
+            latency=args.latency_ms / 1000,
+            tool_latency=per_tool,
+            sync_workers=args.sync_workers,
+            otlp_endpoint=args.otlp_endpoint,
+            tls_cert_file=args.tls_cert,
+            tls_key_file=args.tls_key,
+            tls_client_ca_file=args.tls_client_ca,
+            token=token,
+        )
+    except ValueError as exc:
+        parser.error(
+            str(exc)
+            .replace("tls_cert_file", "--tls-cert")
+            .replace("tls_key_file", "--tls-key")
+            .replace("tls_client_ca_file", "--tls-client-ca")
+        )
     return options, str(args.log_level), str(args.log_format)

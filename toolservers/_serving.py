@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from agentsidecar.reflection import enable_reflection
+from agentsidecar.tls import TlsFileError, TokenCheck, server_credentials
 from agentsidecar.v1 import tool_pb2_grpc
 from toolservers._descriptors import list_tools_response
 from toolservers._exceptions import ToolServerError
@@ -67,7 +68,10 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     service = ToolService(runners, list_tools_response(tools), tracing)
     health = HealthServicer()
     # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE_POLICY])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0), *KEEPALIVE_POLICY],
+        interceptors=[TokenCheck([options.token])] if options.token else None,
+    )
     tool_pb2_grpc.add_ToolServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     enable_reflection(server, (SERVICE_NAME, _HEALTH_SERVICE))
@@ -75,7 +79,15 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     signals = _Signals()
     try:
         try:
-            port = server.add_insecure_port(address)
+            if options.tls_cert_file is not None and options.tls_key_file is not None:
+                credentials = server_credentials(
+                    options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file
+                )
+                port = server.add_secure_port(address, credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except TlsFileError as exc:
+            raise ToolServerError(str(exc)) from None
         except RuntimeError as exc:
             raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
         await server.start()

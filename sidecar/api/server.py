@@ -5,6 +5,12 @@ NOT_SERVING until every configured tool server has been discovered (or its disco
 timeout has passed, in which case its tools stay hidden until it appears), and again from
 the moment SIGTERM starts the drain. Draining refuses new runs and gives in-flight runs
 the configured grace period to finish.
+
+Security (docs/security.md): the port serves TLS with ``server.tls`` (mutual TLS with a
+client CA); every ``AgentService`` call is authenticated when ``auth.principals`` is set
+(health and reflection stay open); the audit record is written when ``auth.audit.path``
+is set. A configuration that exposes plaintext or anonymous access beyond loopback does
+not start without ``server.insecure``.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -25,13 +33,17 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.api.service import AgentServicer, add_to_server
-from sidecar.config import GROQ_BASE_URL, SidecarConfig, dsn_password
+from sidecar.config import GROQ_BASE_URL, SidecarConfig, ToolServerConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
 from sidecar.errors import StartupError
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.redaction import Redactor
+from sidecar.security.audit import AuditLog
+from sidecar.security.exposure import check_exposure
+from sidecar.security.identity import Authenticator
+from sidecar.security.tls import server_credentials
 from sidecar.sessions.factory import store_from_config
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
@@ -50,8 +62,39 @@ SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 _REFUSALS_QUIET = 0.25
 
 
+def _tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> str | None:
+    """The token the sidecar sends a tool server, from its environment variable or file.
+
+    Raises:
+        StartupError: the variable is unset or the file unreadable or empty.
+    """
+    if config.token_env is not None:
+        token = environ.get(config.token_env, "").strip()
+        if not token:
+            raise StartupError(
+                f"tool server {config.name}: the environment variable {config.token_env} "
+                "is unset or empty"
+            )
+        return token
+    if config.token_file is not None:
+        try:
+            token = Path(config.token_file).read_text().strip()
+        except OSError as exc:
+            raise StartupError(
+                f"tool server {config.name}: cannot read {config.token_file}: {exc.strerror}"
+            ) from None
+        if not token:
+            raise StartupError(f"tool server {config.name}: {config.token_file} is empty")
+        return token
+    return None
+
+
 class Sidecar:
-    """Everything one sidecar process runs, started and stopped as a unit."""
+    """Everything one sidecar process runs, started and stopped as a unit.
+
+    Raises:
+        StartupError: a token or TLS file cannot be read, or a token variable is unset.
+    """
 
     def __init__(
         self,
@@ -60,7 +103,9 @@ class Sidecar:
         api_key: str | None,
         postgres_dsn: str | None = None,
         redactor: Redactor | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        environ = environ or {}
         self.config = config
         self._api_key = api_key
         self.redact = redactor or Redactor(
@@ -81,9 +126,14 @@ class Sidecar:
                 s,
                 on_discovered=self._discovered,
                 on_breaker_change=metrics.breaker_changed if metrics is not None else None,
+                token=_tool_server_token(s, environ),
             )
             for s in config.tool_servers
         }
+        self.authenticator = Authenticator(config.auth, environ)
+        self.audit = AuditLog(config.auth.audit.path, self.redact)
+        self._health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         if metrics is not None:
             for s in config.tool_servers:
                 metrics.breaker_known(s.name)
@@ -184,7 +234,11 @@ class Sidecar:
 
         Raises:
             SessionStoreError: the session store cannot be opened.
+            StartupError: the configuration exposes the sidecar and does not say
+                ``insecure``, or a TLS file cannot be read.
         """
+        for warning in check_exposure(self.config):
+            log.warning("%s", warning)
         self._model = await self._start_model()
         context = await self._open_state(self._model)
         loop = AgentLoop(
@@ -216,22 +270,39 @@ class Sidecar:
             max_response_bytes=self.config.server.max_message_bytes,
             max_runs=self.config.server.max_concurrent_runs,
             max_sessions=self.config.sessions.max_sessions,
+            audit=self.audit,
         )
         self._servicer = AgentServicer(
-            self.agent, stream_buffer_bytes=self.config.server.stream_buffer_bytes
+            self.agent,
+            stream_buffer_bytes=self.config.server.stream_buffer_bytes,
+            authenticator=self.authenticator,
         )
         if self.telemetry.metrics is not None:
             metrics = self.config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
         add_to_server(self._servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
+        if self.config.server.reflection:
+            enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        address = f"{self.config.server.host}:{self.config.server.port}"
-        self.port = server.add_insecure_port(address)
+        server_config = self.config.server
+        address = f"{server_config.host}:{server_config.port}"
+        if server_config.tls is not None:
+            self.port = server.add_secure_port(address, server_credentials(server_config.tls))
+        else:
+            self.port = server.add_insecure_port(address)
         await server.start()
         self._server = server
+        if server_config.health_port is not None:
+            # For probes that speak no TLS (the kubelet's): health alone, in plaintext.
+            probes = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
+            self.health_port = probes.add_insecure_port(
+                f"{server_config.host}:{server_config.health_port}"
+            )
+            await probes.start()
+            self._health_server = probes
         for connection in self.connections.values():
             connection.start()
         self._ready_task = asyncio.get_running_loop().create_task(self._become_ready())
@@ -280,6 +351,8 @@ class Sidecar:
                     await agent.wait_refusals_settled(_REFUSALS_QUIET)
         if self._server is not None:
             await self._server.stop(0.5)
+        if self._health_server is not None:
+            await self._health_server.stop(0)
         if agent is not None:
             # Cancelled runs store their turns as they unwind: let them before closing.
             try:
@@ -302,6 +375,7 @@ class Sidecar:
         if self._simulator is not None:
             await self._simulator.stop()  # type: ignore[attr-defined]
         await self.telemetry.close()
+        self.audit.close()
 
 
 async def serve(
@@ -310,6 +384,7 @@ async def serve(
     api_key: str | None,
     postgres_dsn: str | None = None,
     redactor: Redactor | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     """Run the sidecar until SIGTERM or SIGINT, then drain and return.
 
@@ -319,8 +394,11 @@ async def serve(
         postgres_dsn: The shared store's connection string, when it uses one.
         redactor: Redacts secrets; unset: one made of the key, the store's password and
             the configured patterns.
+        environ: The environment variables the configuration names for tokens.
     """
-    sidecar = Sidecar(config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor)
+    sidecar = Sidecar(
+        config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor, environ=environ
+    )
     port = await sidecar.start()
     # Start-up objects (modules, clients, schemas) live as long as the process; left in
     # sight of the collector, every full collection walks them all, a pause paid by the
@@ -329,6 +407,8 @@ async def serve(
     gc.freeze()
     if sidecar.metrics_port is not None:
         print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
+    if sidecar.health_port is not None:
+        print(f"health on {config.server.host}:{sidecar.health_port}", flush=True)
     print(f"listening on {config.server.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

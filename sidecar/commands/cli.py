@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         parse_config,
         resolve_api_key,
         resolve_postgres_dsn,
+        token_environment,
     )
     from sidecar.errors import ConfigError, TelemetryUnavailable
     from sidecar.redaction import LogRedaction, Redactor
@@ -53,10 +54,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         api_key = resolve_api_key(config.model, os.environ)
         dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
-        redactor = Redactor([api_key, dsn_password(dsn)], config.security.redact)
+        tokens = token_environment(config, os.environ)
+        redactor = Redactor([api_key, dsn_password(dsn), *tokens.values()], config.security.redact)
         for handler in logging.getLogger().handlers:
             handler.addFilter(LogRedaction(redactor))  # no secret in any log line
-        _run(serve(config, api_key=api_key, postgres_dsn=dsn, redactor=redactor))
+        _run(serve(config, api_key=api_key, postgres_dsn=dsn, redactor=redactor, environ=tokens))
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2

@@ -4,6 +4,10 @@ A background task watches the server's ``grpc.health.v1`` status. When the serve
 (back) to SERVING, its tools are discovered again, so a restarted server with new tools
 is picked up without restarting the sidecar. While it is not serving, its tools are left
 out of the list the model sees.
+
+With ``tls`` the channel dials TLS (mutual TLS with a certificate); when the certificate,
+key or CA files change, a new channel takes the new calls and the old one closes once
+its calls have ended. A token travels as ``authorization: Bearer …`` on every call.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentsidecar.tls import FileWatch
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
 from sidecar.config import ToolServerConfig
+from sidecar.errors import StartupError
+from sidecar.security.tls import channel_credentials
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.types import BreakerState
 
@@ -32,6 +39,9 @@ _CHANNEL_OPTIONS = [
     ("grpc.enable_retries", 0),
 ]
 
+_CERTIFICATE_CHECK = 5.0  # seconds between checks of the TLS files
+_OLD_CHANNEL_GRACE = 60.0  # seconds a replaced channel's calls get to end
+
 DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse], Awaitable[None]]
 StateListener = Callable[[str, BreakerState, BreakerState], None]
 
@@ -45,19 +55,29 @@ class ToolServerConnection:
         *,
         on_discovered: DiscoveryListener,
         on_breaker_change: StateListener | None = None,
+        token: str | None = None,
     ) -> None:
+        """Raises:
+        StartupError: a TLS file cannot be read."""
         self.config = config
         self.name = config.name
-        options = [
+        self._token = token
+        self._options: list[tuple[str, int | str]] = [
             *_CHANNEL_OPTIONS,
             # No more often than a server that sets nothing accepts (gRPC's default: one
             # ping per 5 minutes without data; more, and it answers GOAWAY too_many_pings).
             ("grpc.keepalive_time_ms", int(config.keepalive_time * 1000)),
             ("grpc.max_receive_message_length", config.max_result_bytes),
         ]
-        self.channel = grpc.aio.insecure_channel(config.address, options=options)
-        self.stub = tool_pb2_grpc.ToolServiceStub(self.channel)
-        self._health = health_pb2_grpc.HealthStub(self.channel)
+        if config.tls is not None and config.tls.server_name:
+            self._options.append(("grpc.ssl_target_name_override", config.tls.server_name))
+        tls = config.tls
+        self._files = (
+            FileWatch([tls.ca_file, tls.cert_file, tls.key_file]) if tls is not None else None
+        )
+        self._dial()
+        self._rotate_task: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self.breaker = CircuitBreaker(
             config.name,
             config.breaker,
@@ -68,6 +88,35 @@ class ToolServerConnection:
         self.discovered = asyncio.Event()
         self._on_discovered = on_discovered
         self._watch_task: asyncio.Task[None] | None = None
+
+    def _dial(self) -> None:
+        config = self.config
+        credentials = channel_credentials(f"tool server {self.name}", config.tls, self._token)
+        if credentials is None:
+            channel = grpc.aio.insecure_channel(config.address, options=self._options)
+        else:
+            channel = grpc.aio.secure_channel(config.address, credentials, options=self._options)
+        self.channel = channel
+        self.stub = tool_pb2_grpc.ToolServiceStub(channel)
+        self._health = health_pb2_grpc.HealthStub(channel)
+
+    async def _rotate(self) -> None:
+        """Dial anew when the TLS files change; the old channel's calls finish on it."""
+        assert self._files is not None
+        while True:
+            await asyncio.sleep(_CERTIFICATE_CHECK)
+            if not self._files.changed():
+                continue
+            old = self.channel
+            try:
+                self._dial()
+            except StartupError as exc:  # half-written files: keep the old channel
+                log.warning("tool server %s: TLS files not reloaded: %s", self.name, exc)
+                continue
+            log.info("tool server %s: TLS files changed; new calls use a new channel", self.name)
+            closing = asyncio.get_running_loop().create_task(old.close(_OLD_CHANNEL_GRACE))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     @property
     def available(self) -> bool:
@@ -104,9 +153,10 @@ class ToolServerConnection:
 
     def start(self) -> None:
         """Start watching the server's health in the background."""
-        self._watch_task = asyncio.get_running_loop().create_task(
-            self._watch(), name=f"health-watch:{self.name}"
-        )
+        loop = asyncio.get_running_loop()
+        self._watch_task = loop.create_task(self._watch(), name=f"health-watch:{self.name}")
+        if self._files is not None:
+            self._rotate_task = loop.create_task(self._rotate(), name=f"tls-files:{self.name}")
 
     async def _watch(self) -> None:
         backoff = 0.1
@@ -159,10 +209,13 @@ class ToolServerConnection:
             backoff = min(backoff * 2, 2.0)
 
     async def close(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            try:
-                await self._watch_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._watch_task, self._rotate_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        for closing in list(self._closing):
+            closing.cancel()
         await self.channel.close()

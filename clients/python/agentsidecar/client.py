@@ -9,6 +9,10 @@ Example::
                 print(event.text_delta.text, end="")
         result = await client.run(session.session_id, "And the parcel?")
         print(result.result.answer)
+
+A sidecar with TLS and callers' tokens (docs/security.md)::
+
+    AgentClient("sidecar.example:50051", tls=True, ca_file="ca.pem", token=os.environ["TOKEN"])
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentsidecar.tls import channel_credentials
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 
 __all__ = ["AgentClient"]
@@ -28,10 +33,48 @@ __all__ = ["AgentClient"]
 class AgentClient:
     """An async connection to one sidecar. Use it as ``async with``."""
 
-    def __init__(self, target: str, *, channel: grpc.aio.Channel | None = None) -> None:
-        """Connect to ``target`` (``host:port``), or use an existing ``channel``."""
-        self._channel = channel or grpc.aio.insecure_channel(target)
+    def __init__(
+        self,
+        target: str,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        server_name: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        """Connect to ``target`` (``host:port``), or use an existing ``channel``.
+
+        Args:
+            target: The sidecar's address.
+            channel: A channel of your own (the other arguments are then unused).
+            tls: Dial TLS.
+            ca_file: PEM CA bundle the sidecar's certificate must chain to; unset: the
+                system's.
+            cert_file: PEM client certificate (mutual TLS), with ``key_file``.
+            key_file: Its private key.
+            server_name: The name to check the sidecar's certificate against; unset:
+                the target's host.
+            token: The principal's bearer token, sent on every call (over plaintext to
+                loopback only).
+
+        Raises:
+            agentsidecar.tls.TlsFileError: a PEM file cannot be read.
+        """
         self._owns_channel = channel is None
+        if channel is None:
+            credentials = channel_credentials(
+                tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file, token=token
+            )
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            channel = (
+                grpc.aio.insecure_channel(target, options=options)
+                if credentials is None
+                else grpc.aio.secure_channel(target, credentials, options=options)
+            )
+        self._channel = channel
         self.stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 

@@ -1,0 +1,1 @@
+"""Transport security, caller identity, the audit record and per-caller quotas."""

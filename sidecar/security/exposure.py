@@ -1,0 +1,75 @@
+"""Whether a configuration exposes the sidecar, or a token, to a network unprotected.
+
+Loopback is the one place where plaintext and anonymous callers are the default: the
+demo, the tests and a laptop. Anything else needs TLS and caller authentication, or an
+explicit ``insecure: true`` that the sidecar repeats as a warning at every start.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+from sidecar.config import SidecarConfig
+from sidecar.errors import StartupError
+
+__all__ = ["check_exposure", "is_loopback"]
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address to bind or dial, without port) is this machine only."""
+    host = host.strip("[]")
+    if host == "localhost" or host.startswith("unix:"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host(address: str) -> str:
+    if address.startswith("unix:"):
+        return address
+    host, _, _ = address.rpartition(":")
+    return host or address
+
+
+def check_exposure(config: SidecarConfig) -> list[str]:
+    """What is exposed; refuse to start when it is not allowed.
+
+    Returns:
+        The warnings to log (with ``server.insecure``), one per unprotected exposure.
+
+    Raises:
+        StartupError: a non-loopback address without TLS or without authentication
+            and no ``server.insecure``; or a tool-server token that would travel in
+            plaintext beyond loopback.
+    """
+    server = config.server
+    problems: list[str] = []
+    if not is_loopback(server.host):
+        if server.tls is None:
+            problems.append(f"server.host {server.host} is not loopback and server.tls is unset")
+        if not config.auth.principals:
+            problems.append(
+                f"server.host {server.host} is not loopback and auth.principals is empty "
+                "(every caller is anonymous)"
+            )
+    for tool_server in config.tool_servers:
+        has_token = tool_server.token_env or tool_server.token_file
+        if has_token and tool_server.tls is None and not is_loopback(_host(tool_server.address)):
+            # Not waivable: a token sent in plaintext is a token given away.
+            raise StartupError(
+                f"tool server {tool_server.name}: a token is set but the address "
+                f"{tool_server.address} is not loopback and tls is unset; a token travels "
+                "only over TLS (or loopback)"
+            )
+    if problems and not server.insecure:
+        raise StartupError(
+            "; ".join(problems)
+            + ": set server.tls and auth.principals (docs/security.md), or server.insecure: "
+            "true to accept the exposure"
+        )
+    return [f"insecure: {p}" for p in problems]
