@@ -42,18 +42,26 @@ from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.calibration import TokenCalibration
 from sidecar.errors import (
+    CallNotPending,
     Draining,
     InvalidRequest,
     Overloaded,
+    PermissionDenied,
     ProfileNotFound,
     ProfileRemoved,
+    QuotaExceeded,
+    SessionBusy,
+    SessionExists,
     SessionNotFound,
     TooManySessions,
 )
+from sidecar.security.audit import AuditLog
+from sidecar.security.identity import Principal
+from sidecar.security.quotas import RunQuotas
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool, ListedTool
-from sidecar.tools.dispatch import Approver
+from sidecar.tools.dispatch import Approver, ToolCallListener
 from sidecar.types import (
     Clock,
     EventSink,
@@ -64,6 +72,7 @@ from sidecar.types import (
     StopReason,
     ToolAvailability,
     ToolCall,
+    ToolOutcome,
     Turn,
     Usage,
 )
@@ -117,6 +126,7 @@ class _Running:
     """A turn in flight in this process, so it can be stopped (delete, drain)."""
 
     task: asyncio.Task[Any]
+    run_id: str
     stopped: StopReason | None = None
     """Why the sidecar stopped the turn, once it did."""
     why: str = ""
@@ -129,6 +139,8 @@ class ClaimedTurn:
     """A turn whose session is claimed: it runs, or it is abandoned."""
 
     session: Session
+    """As stored: its ``session_id`` is the store's key (see :class:`Principal`)."""
+    principal: Principal
     profile: Profile
     run_id: str
     input: str
@@ -136,6 +148,11 @@ class ClaimedTurn:
     """Wall-clock start, seconds since the epoch."""
     clock: Clock = field(default_factory=Clock)
     """The run's clock, started when the request arrived."""
+
+    @property
+    def session_id(self) -> str:
+        """The id the caller knows the session by."""
+        return self.principal.shown(self.session.session_id)
 
 
 class Agent:
@@ -151,6 +168,11 @@ class Agent:
             turns stays under half of it.
         max_runs: Turns in flight at once; one more is refused (Overloaded).
         max_sessions: Sessions the store may hold; None: no limit.
+        audit: The audit record; unset: none.
+
+    Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
+    only for the principal that created it, and the principal's profiles and quotas
+    bound what it may do.
     """
 
     def __init__(
@@ -164,6 +186,7 @@ class Agent:
         max_response_bytes: int = 4 * 1024 * 1024,
         max_runs: int = 1024,
         max_sessions: int | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -180,6 +203,9 @@ class Agent:
         self._admitted = 0  # turns claimed or claiming, not yet finished
         self.max_sessions = max_sessions
         self._sessions_counted = (0, -1.0)  # (count, when: monotonic)
+        self._principal_sessions: dict[str, tuple[int, float]] = {}  # the same, by principal
+        self.quotas = RunQuotas()
+        self.audit = audit or AuditLog(None)
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -247,26 +273,40 @@ class Agent:
         return profile
 
     async def create_session(
-        self, profile: str, session_id: str, labels: Mapping[str, str]
+        self, principal: Principal, profile: str, session_id: str, labels: Mapping[str, str]
     ) -> Session:
         """Start a session under ``profile``; an empty ``session_id`` gets a generated one.
 
         Raises:
             Draining: the sidecar is shutting down.
+            PermissionDenied: the principal may not use the profile.
             ProfileNotFound: no such profile.
+            QuotaExceeded: the principal holds as many sessions as its quota allows.
             SessionExists: the id is taken.
         """
         self._refuse_if_draining()
         check_id(profile, "profile")
         check_id(session_id, "session_id", required=False)
         check_labels(labels)
+        if not principal.may_use(profile):
+            raise PermissionDenied(principal.name, profile)
         self.profile(profile)
         if self.max_sessions is not None:
             await self._check_session_count(self.max_sessions)
-        session = await self.store.create(profile, session_id, labels)
+        if principal.quota.sessions is not None:
+            await self._check_principal_sessions(principal, principal.quota.sessions)
+        shown = session_id or uuid.uuid4().hex
+        try:
+            session = await self.store.create(profile, principal.key(shown), labels)
+        except SessionExists:
+            raise SessionExists(shown) from None
         count, when = self._sessions_counted
         self._sessions_counted = (count + 1, when)
-        return session
+        if principal.name in self._principal_sessions:
+            count, when = self._principal_sessions[principal.name]
+            self._principal_sessions[principal.name] = (count + 1, when)
+        self.audit.record("session_created", principal.name, session_id=shown, profile=profile)
+        return dataclasses.replace(session, session_id=shown)
 
     async def _check_session_count(self, limit: int) -> None:
         count, when = self._sessions_counted
@@ -276,20 +316,35 @@ class Agent:
         if count >= limit:
             raise TooManySessions(limit)
 
-    async def get_session(self, session_id: str) -> Session:
-        """The session with its turns.
+    async def _check_principal_sessions(self, principal: Principal, limit: int) -> None:
+        count, when = self._principal_sessions.get(principal.name, (0, -1.0))
+        if time.monotonic() - when > _COUNT_EVERY:
+            count = await self.store.count(principal.prefix)
+            self._principal_sessions[principal.name] = (count, time.monotonic())
+        if count >= limit:
+            raise QuotaExceeded(principal.name, "sessions", limit, retry_after=None)
 
-        Raises:
-            InvalidRequest: the id is empty.
-            SessionNotFound: no such session.
-        """
+    async def _stored(self, principal: Principal, session_id: str) -> Session:
+        """The principal's session as stored (its ``session_id`` is the store's key)."""
         check_id(session_id, "session_id")
-        session = await self.store.get(session_id)
+        session = await self.store.get(principal.key(session_id))
         if session is None:
             raise SessionNotFound(session_id)
         return session
 
-    async def session_page(self, session_id: str, *, size: int = 0, token: str = "") -> SessionPage:
+    async def get_session(self, principal: Principal, session_id: str) -> Session:
+        """The session with its turns.
+
+        Raises:
+            InvalidRequest: the id is empty.
+            SessionNotFound: no such session (for this principal).
+        """
+        session = await self._stored(principal, session_id)
+        return dataclasses.replace(session, session_id=session_id)
+
+    async def session_page(
+        self, principal: Principal, session_id: str, *, size: int = 0, token: str = ""
+    ) -> SessionPage:
         """The session with one page of its turns (oldest first), each turn's input and
         answer capped, the page kept under half the largest response.
 
@@ -298,9 +353,10 @@ class Agent:
             SessionNotFound: no such session.
         """
         size = page_size(size)
-        session = await self.get_session(session_id)
+        session = await self.get_session(principal, session_id)
+        key = principal.key(session_id)
         turns = session.turns
-        start = _page_start(token, session_id, len(turns))
+        start = _page_start(token, key, len(turns))
         page: list[Turn] = []
         spent = 0
         for turn in turns[start : start + size]:
@@ -310,30 +366,39 @@ class Agent:
                 break
             page.append(shown)
         end = start + len(page)
-        following = _page_token(end, session_id) if end < len(turns) else ""
+        following = _page_token(end, key) if end < len(turns) else ""
         shown_session = dataclasses.replace(session, turns=page)
         return SessionPage(session=shown_session, next_page_token=following, total_turns=len(turns))
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, principal: Principal, session_id: str) -> bool:
         """Delete a session and its turns; False when there was none.
 
         Raises:
             InvalidRequest: the id is empty.
         """
         check_id(session_id, "session_id")
-        running = self._running.get(session_id)
+        key = principal.key(session_id)
+        running = self._running.get(key)
         if running is not None:
             # Nothing of a deleted session's turn may run afterwards: its pending approvals
             # are denied, its run cancelled, and the delete waits until it has unwound.
-            self.approvals.deny_session(session_id, "the session was deleted")
+            self.approvals.deny_session(key, "the session was deleted")
             self._stop(running, StopReason.CANCELLED, "the session was deleted")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_STOP_WAIT):
                     await running.done.wait()
-        return await self.store.delete(session_id)
+        deleted = await self.store.delete(key)
+        if deleted:
+            count, when = self._sessions_counted
+            self._sessions_counted = (max(0, count - 1), when)
+            if principal.name in self._principal_sessions:
+                count, when = self._principal_sessions[principal.name]
+                self._principal_sessions[principal.name] = (max(0, count - 1), when)
+            self.audit.record("session_deleted", principal.name, session_id=session_id)
+        return deleted
 
     async def session_tools(
-        self, session_id: str
+        self, principal: Principal, session_id: str
     ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
         """The tools the session's profile allows, each with whether it can be called now.
 
@@ -341,11 +406,13 @@ class Agent:
             InvalidRequest: the id is empty.
             SessionNotFound: no such session.
         """
-        session = await self.get_session(session_id)
+        session = await self._stored(principal, session_id)
         return self.loop.session_tools(self.loop.profiles[session.profile])
 
-    def decide(self, session_id: str, call_id: str, decision: Decision) -> None:
-        """Approve or deny a call waiting for approval.
+    def decide(
+        self, principal: Principal, session_id: str, call_id: str, decision: Decision
+    ) -> None:
+        """Approve or deny a call waiting for approval in the principal's session.
 
         Raises:
             CallNotPending: no such call is waiting.
@@ -353,17 +420,35 @@ class Agent:
         check_id(session_id, "session_id")
         check_id(call_id, "call_id")
         check_reason(decision.reason)
-        self.approvals.decide(session_id, call_id, decision)
+        try:
+            self.approvals.decide(principal.key(session_id), call_id, decision)
+        except CallNotPending:
+            raise CallNotPending(session_id, call_id) from None
+        running = self._running.get(principal.key(session_id))
+        self.audit.record(
+            "approval_decided",
+            principal.name,
+            session_id=session_id,
+            run_id=running.run_id if running is not None else None,
+            call_id=call_id,
+            decision="approve" if decision.approved else "deny",
+            reason=decision.reason or None,
+        )
 
     # -- turns ---------------------------------------------------------------------------
 
-    async def begin_turn(self, session_id: str, user_input: str) -> ClaimedTurn:
-        """Check the request, load the session and claim it for a new turn.
+    async def begin_turn(
+        self, principal: Principal, session_id: str, user_input: str
+    ) -> ClaimedTurn:
+        """Check the request, load the principal's session and claim it for a new turn.
 
         Raises:
             Draining: the sidecar is shutting down.
             InvalidRequest: the input or the session id is empty.
+            Overloaded: as many turns are in flight as the sidecar takes.
+            QuotaExceeded: the principal is at its concurrent-run or per-minute quota.
             SessionNotFound: no such session.
+            PermissionDenied: the principal may no longer use the session's profile.
             ProfileRemoved: the session's profile is no longer configured.
             SessionBusy: another turn holds the session.
         """
@@ -374,21 +459,28 @@ class Agent:
             check_input(user_input, 0)  # names the field before any lookup
         if self._admitted >= self.max_runs:
             raise Overloaded(self.max_runs)
+        self.quotas.admit(principal)
         self._admitted += 1
         try:
-            return await self._claim(session_id, user_input, clock)
+            return await self._claim(principal, session_id, user_input, clock)
         except BaseException:
             self._admitted -= 1
+            self.quotas.release(principal)
             raise
 
-    async def _claim(self, session_id: str, user_input: str, clock: Clock) -> ClaimedTurn:
-        session = await self.get_session(session_id)
+    async def _claim(
+        self, principal: Principal, session_id: str, user_input: str, clock: Clock
+    ) -> ClaimedTurn:
+        session = await self._stored(principal, session_id)
+        if not principal.may_use(session.profile):
+            raise PermissionDenied(principal.name, session.profile)
         profile = self.loop.profiles.get(session.profile)
         if profile is None:
             raise ProfileRemoved(session_id, session.profile)
         check_input(user_input, profile.config.max_input_chars)
         turn = ClaimedTurn(
             session=session,
+            principal=principal,
             profile=profile,
             run_id=uuid.uuid4().hex,
             input=user_input,
@@ -396,10 +488,14 @@ class Agent:
             clock=clock,
         )
         claim = asyncio.ensure_future(
-            self.store.begin_turn(session_id, turn.run_id, user_input, turn.started)
+            self.store.begin_turn(session.session_id, turn.run_id, user_input, turn.started)
         )
         try:
             await asyncio.shield(claim)
+        except SessionBusy:
+            raise SessionBusy(session_id) from None
+        except SessionNotFound:  # deleted since it was read
+            raise SessionNotFound(session_id) from None
         except asyncio.CancelledError:
             # The caller left while the session was being claimed: never leave it claimed.
             claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
@@ -411,6 +507,7 @@ class Agent:
     async def abandon_turn(self, turn: ClaimedTurn) -> None:
         """Release a claimed turn that never ran; it is stored as cancelled."""
         self._admitted -= 1
+        self.quotas.release(turn.principal)
         await self._store_cancelled(turn)
 
     async def _store_cancelled(self, turn: ClaimedTurn) -> None:
@@ -466,7 +563,18 @@ class Agent:
         window = None
         task = asyncio.current_task()
         assert task is not None
-        running = self._running[session.session_id] = _Running(task)
+        running = self._running[session.session_id] = _Running(task, turn.run_id)
+        audit = self.audit
+        on_tool_call = None
+        if audit.enabled:
+            audit.record(
+                "run_started",
+                turn.principal.name,
+                session_id=turn.session_id,
+                run_id=turn.run_id,
+                profile=profile.name,
+            )
+            on_tool_call = self._audit_tool_calls(turn)
         try:
             try:
                 running.in_loop = True
@@ -489,6 +597,7 @@ class Agent:
                     metadata=passed,
                     clock=clock,
                     trace=trace,
+                    on_tool_call=on_tool_call,
                 )
             except asyncio.CancelledError:
                 if running.stopped is None:
@@ -527,6 +636,7 @@ class Agent:
             finally:
                 self._active -= 1
                 self._admitted -= 1
+                self.quotas.release(turn.principal)
                 if self._active == 0:
                     self._idle.set()
                 if self._running.get(session.session_id) is running:
@@ -535,6 +645,19 @@ class Agent:
                 end = clock.now()
                 if outcome is not None:
                     outcome.add_persistence(persisting, end)
+                if audit.enabled:
+                    audit.record(
+                        "run_finished",
+                        turn.principal.name,
+                        session_id=turn.session_id,
+                        run_id=turn.run_id,
+                        stop_reason=record.stop_reason.name,
+                        error=outcome.error.code if outcome and outcome.error else None,
+                        duration_ms=round(end * 1000, 3),
+                        tool_calls=outcome.tool_calls if outcome else 0,
+                        prompt_tokens=record.usage.prompt_tokens,
+                        completion_tokens=record.usage.completion_tokens,
+                    )
                 telemetry.run_finished(
                     profile=profile.name,
                     model=self.model_name,
@@ -544,6 +667,31 @@ class Agent:
                     trace=trace,
                     end=end,
                 )
+
+    def _audit_tool_calls(self, turn: ClaimedTurn) -> ToolCallListener:
+        audit, principal, session_id, run_id = (
+            self.audit,
+            turn.principal.name,
+            turn.session_id,
+            turn.run_id,
+        )
+
+        def finished(call: ToolCall, server: str | None, outcome: ToolOutcome) -> None:
+            audit.record(
+                "tool_call",
+                principal,
+                session_id=session_id,
+                run_id=run_id,
+                call_id=call.id,
+                tool=call.name,
+                server=server,
+                **audit.arguments(call.arguments),
+                status=outcome.status.name,
+                duration_ms=round(outcome.duration * 1000, 3),
+                attempts=outcome.attempts,
+            )
+
+        return finished
 
     def _calibrate(self, session_id: str, outcome: RunOutcome) -> None:
         """Learn how the provider counts tokens from each model call of the run."""

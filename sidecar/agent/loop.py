@@ -24,7 +24,7 @@ from sidecar.errors import ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
 from sidecar.tools.connection import ToolServerConnection
-from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope
+from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope, ToolCallListener
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     BudgetOverrun,
@@ -157,6 +157,7 @@ class AgentLoop:
         metadata: Sequence[tuple[str, str]] = (),
         clock: Clock | None = None,
         trace: RunTrace | None = None,
+        on_tool_call: ToolCallListener | None = None,
     ) -> RunResultWithMessages:
         """Run one user turn.
 
@@ -171,10 +172,12 @@ class AgentLoop:
             metadata: gRPC metadata for tool calls (trace context).
             clock: the run's clock, when the caller started it earlier.
             trace: the run's spans, when tracing is on.
+            on_tool_call: told of every tool call's end (the audit record).
         """
         clock = clock or Clock()
         run = _Run(self, profile, clock, deadline, structured, sink, approver, metadata)
         run.trace = trace
+        run.on_tool_call = on_tool_call
         if profile.budget is not None:
             started = time.monotonic() - clock.now()
             run.budget = RunBudget(profile.budget, started=started, deadline=deadline)
@@ -212,6 +215,7 @@ class _Run:
         self.tool_calls = 0
         self.steps = 0
         self.trace: RunTrace | None = None
+        self.on_tool_call: ToolCallListener | None = None
         self.budget: RunBudget | None = None
         self.overruns: list[BudgetOverrun] = []
         self.history: Sequence[dict[str, Any]] = ()
@@ -326,6 +330,7 @@ class _Run:
                 metadata=self.metadata,
                 trace=self.trace,
                 trim=self.loop._trimmers[self.profile.name],
+                on_finished=self.on_tool_call,
             )
             outcomes = await self.loop._dispatcher.run_step(scope, calls, self.early)
             self.early = None
@@ -396,6 +401,7 @@ class _Run:
             sink=self.sink,
             metadata=self.metadata,
             trace=self.trace,
+            on_finished=self.on_tool_call,
         )
         return EarlyCalls(self.loop._dispatcher, scope)
 

@@ -4,6 +4,10 @@ This module only converts. Requests become calls of :class:`~sidecar.agent.agent
 its answers and the loop's events become messages; its errors become statuses through
 the one table in :mod:`sidecar.api.status`. Every handler answers through
 :func:`_answers`, so nothing here picks a status code and no exception text leaks.
+
+Every call is authenticated before its bytes are decoded (:func:`add_to_server`): a
+caller without credentials learns nothing of what a request would have done, and the
+handler receives the call's :class:`~sidecar.security.identity.Principal`.
 """
 
 from __future__ import annotations
@@ -17,12 +21,22 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from agentsidecar.v1 import agent_pb2
 from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
 from sidecar.api import convert
 from sidecar.api.status import internal_status, to_status
-from sidecar.errors import InvalidRequest, MalformedRequest, SidecarError, StreamBacklog
+from sidecar.errors import (
+    InvalidRequest,
+    MalformedRequest,
+    PermissionDenied,
+    QuotaExceeded,
+    SidecarError,
+    StreamBacklog,
+    Unauthenticated,
+)
+from sidecar.security.audit import AuditLog
+from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
 from sidecar.types import BudgetOverrun, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Usage
 
 log = logging.getLogger(__name__)
@@ -36,18 +50,23 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-def _answers(
-    handler: Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]],
-) -> Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]]:
+_Handler = Callable[[Any, _Request, grpc.aio.ServicerContext, Principal], Awaitable[_Response]]
+
+
+def _answers(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Response]:
     """A unary handler whose errors become statuses with details."""
 
     @functools.wraps(handler)
-    async def wrapped(self: Any, request: _Request, context: grpc.aio.ServicerContext) -> _Response:
+    async def wrapped(
+        self: Any, request: _Request, context: grpc.aio.ServicerContext, principal: Principal
+    ) -> _Response:
         try:
-            return await handler(self, request, context)
+            return await handler(self, request, context, principal)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
+            if isinstance(exc, PermissionDenied | QuotaExceeded):
+                self.audit_refusal(principal, handler.__name__, exc)
             await _abort(context, exc)
             raise AssertionError("unreachable: abort raises") from None
 
@@ -150,31 +169,59 @@ def _failed_run(exc: BaseException) -> RunOutcome:
     )
 
 
-class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`."""
+class AgentServicer:
+    """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`.
 
-    def __init__(self, agent: Agent, *, stream_buffer_bytes: int = 8 * 1024 * 1024) -> None:
+    Each handler takes the call's principal after the usual request and context
+    (:func:`add_to_server` authenticates and decodes).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        stream_buffer_bytes: int = 8 * 1024 * 1024,
+        authenticator: Authenticator | None = None,
+    ) -> None:
         self._agent = agent
         self._runs: set[asyncio.Task[Any]] = set()
         self._stream_buffer = stream_buffer_bytes
+        self.authenticator = authenticator
+        self.audit: AuditLog = agent.audit
+
+    def audit_refusal(self, principal: Principal, method: str, exc: SidecarError) -> None:
+        if self.audit.enabled:
+            self.audit.record(
+                "call_refused",
+                principal.name,
+                method=method,
+                error=type(exc).__name__,
+                message=exc.message,
+            )
 
     # -- sessions -----------------------------------------------------------------------
 
     @_answers
     async def CreateSession(
-        self, request: agent_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+        self,
+        request: agent_pb2.CreateSessionRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> agent_pb2.CreateSessionResponse:
         session = await self._agent.create_session(
-            request.profile or "default", request.session_id, request.labels
+            principal, request.profile or "default", request.session_id, request.labels
         )
         return agent_pb2.CreateSessionResponse(session=convert.session(session))
 
     @_answers
     async def GetSession(
-        self, request: agent_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+        self,
+        request: agent_pb2.GetSessionRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> agent_pb2.GetSessionResponse:
         page = await self._agent.session_page(
-            request.session_id, size=request.page_size, token=request.page_token
+            principal, request.session_id, size=request.page_size, token=request.page_token
         )
         return agent_pb2.GetSessionResponse(
             session=convert.session(page.session),
@@ -184,9 +231,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     @_answers
     async def DeleteSession(
-        self, request: agent_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+        self,
+        request: agent_pb2.DeleteSessionRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> agent_pb2.DeleteSessionResponse:
-        deleted = await self._agent.delete_session(request.session_id)
+        deleted = await self._agent.delete_session(principal, request.session_id)
         return agent_pb2.DeleteSessionResponse(deleted=deleted)
 
     @_answers
@@ -194,29 +244,35 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self,
         request: agent_pb2.ListSessionToolsRequest,
         context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> agent_pb2.ListSessionToolsResponse:
-        tools = await self._agent.session_tools(request.session_id)
+        tools = await self._agent.session_tools(principal, request.session_id)
         return agent_pb2.ListSessionToolsResponse(
             tools=[convert.session_tool(tool, availability) for tool, availability in tools]
         )
 
     @_answers
     async def ApproveToolCall(
-        self, request: agent_pb2.ApproveToolCallRequest, context: grpc.aio.ServicerContext
+        self,
+        request: agent_pb2.ApproveToolCallRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> agent_pb2.ApproveToolCallResponse:
         if request.decision == agent_pb2.APPROVAL_DECISION_UNSPECIFIED:
             raise InvalidRequest.field("decision", "must be APPROVE or DENY")
         approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
-        self._agent.decide(request.session_id, request.call_id, Decision(approved, request.reason))
+        self._agent.decide(
+            principal, request.session_id, request.call_id, Decision(approved, request.reason)
+        )
         return agent_pb2.ApproveToolCallResponse()
 
     # -- runs ---------------------------------------------------------------------------
 
     @_answers
     async def Run(
-        self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext, principal: Principal
     ) -> agent_pb2.RunResponse:
-        turn = await self._agent.begin_turn(request.session_id, request.input)
+        turn = await self._agent.begin_turn(principal, request.session_id, request.input)
         outcome = await self._agent.run_turn(
             turn,
             structured=True,
@@ -227,13 +283,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.RunResponse(run_id=turn.run_id, result=convert.run_result(outcome))
 
     async def StreamRun(
-        self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
+        self,
+        request: agent_pb2.StreamRunRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
         try:
             if request.output_mode not in _OUTPUT_MODES:
                 raise InvalidRequest.field("output_mode", "must be a value of OutputMode")
-            turn = await self._agent.begin_turn(request.session_id, request.input)
+            turn = await self._agent.begin_turn(principal, request.session_id, request.input)
         except Exception as exc:
+            if isinstance(exc, PermissionDenied | QuotaExceeded):
+                self.audit_refusal(principal, "StreamRun", exc)
             await _abort(context, exc)
             return
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
@@ -242,7 +303,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         sink = _StreamSink(queue, turn.run_id, self._stream_buffer, lambda: tasks[0].cancel())
         sink.put(
             run_started=agent_pb2.RunStarted(
-                session_id=turn.session.session_id,
+                session_id=turn.session_id,
                 profile=turn.profile.name,
                 model=self._agent.model_name,
             )
@@ -298,12 +359,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
 
 def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
-    """Serve ``servicer`` on ``server``, decoding each request ourselves.
+    """Serve ``servicer`` on ``server``, authenticating each call and decoding its request.
 
-    Left to grpc, a request whose bytes are not a valid message fails inside grpc's
-    deserializer, and the caller gets UNKNOWN with nothing to act on. Here the raw bytes
-    reach a wrapper that decodes them: undecodable bytes are INVALID_ARGUMENT with the
-    reason MALFORMED_REQUEST, like any other bad request.
+    The principal is named first, from the call's metadata and TLS peer (a call without
+    credentials is UNAUTHENTICATED before its bytes are looked at). Then the raw bytes
+    reach a wrapper that decodes them: left to grpc, a request whose bytes are not a
+    valid message fails inside grpc's deserializer, and the caller gets UNKNOWN with
+    nothing to act on; here undecodable bytes are INVALID_ARGUMENT with the reason
+    MALFORMED_REQUEST, like any other bad request.
     """
     service = agent_pb2.DESCRIPTOR.services_by_name["AgentService"]
     handlers = {}
@@ -313,18 +376,45 @@ def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
         implementation = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _decoding_stream(implementation, request_type),
+                _decoding_stream(servicer, method.name, implementation, request_type),
                 response_serializer=response_type.SerializeToString,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _decoding(implementation, request_type),
+                _decoding(servicer, method.name, implementation, request_type),
                 response_serializer=response_type.SerializeToString,
             )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )
     server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _principal(
+    servicer: AgentServicer, method: str, context: grpc.aio.ServicerContext
+) -> Principal:
+    """The call's principal.
+
+    Raises:
+        Unauthenticated: the sidecar authenticates callers and this one proved nothing.
+    """
+    authenticator = servicer.authenticator
+    if authenticator is None or not authenticator.enabled:
+        return ANONYMOUS
+    try:
+        return authenticator.authenticate(
+            context.invocation_metadata() or (), context.auth_context()
+        )
+    except Unauthenticated as exc:
+        if servicer.audit.enabled:
+            servicer.audit.record(
+                "auth_failed",
+                "",
+                method=method,
+                peer=context.peer(),
+                message=exc.message,
+            )
+        raise
 
 
 def _decode(request_type: Any, raw: bytes) -> Any:
@@ -334,24 +424,28 @@ def _decode(request_type: Any, raw: bytes) -> Any:
         raise MalformedRequest(request_type.DESCRIPTOR.full_name) from None
 
 
-def _decoding(implementation: Any, request_type: Any) -> Any:
+def _decoding(servicer: AgentServicer, method: str, implementation: Any, request_type: Any) -> Any:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
+            principal = _principal(servicer, method, context)
             request = _decode(request_type, raw)
-        except MalformedRequest as exc:
+        except (Unauthenticated, MalformedRequest) as exc:
             await _abort(context, exc)
-        return await implementation(request, context)
+        return await implementation(request, context, principal)
 
     return handler
 
 
-def _decoding_stream(implementation: Any, request_type: Any) -> Any:
+def _decoding_stream(
+    servicer: AgentServicer, method: str, implementation: Any, request_type: Any
+) -> Any:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
+            principal = _principal(servicer, method, context)
             request = _decode(request_type, raw)
-        except MalformedRequest as exc:
+        except (Unauthenticated, MalformedRequest) as exc:
             await _abort(context, exc)
-        async for response in implementation(request, context):
+        async for response in implementation(request, context, principal):
             yield response
 
     return handler

@@ -263,9 +263,16 @@ class PostgresSessionStore:
         status = await conn.execute(_EXPIRE_ONE, session_id, self._clock() - self._idle_ttl)
         return bool(status != "DELETE 0")
 
-    async def count(self) -> int:
+    async def count(self, prefix: str = "") -> int:
         async with self.pool.acquire() as conn:
-            return int(await conn.fetchval("SELECT count(*) FROM agent_sessions"))
+            if not prefix:
+                return int(await conn.fetchval("SELECT count(*) FROM agent_sessions"))
+            return int(
+                await conn.fetchval(
+                    "SELECT count(*) FROM agent_sessions WHERE starts_with(session_id, $1)",
+                    prefix,
+                )
+            )
 
     async def delete(self, session_id: str) -> bool:
         status = await self.pool.execute(

@@ -344,11 +344,21 @@ class SqliteSessionStore:
     async def get(self, session_id: str) -> Session | None:
         return await self._call(self._get_sync, session_id)
 
-    async def count(self) -> int:
-        return await self._call(self._count_sync)
+    async def count(self, prefix: str = "") -> int:
+        return await self._call(self._count_sync, prefix)
 
-    def _count_sync(self) -> int:
-        row = self._conn().execute("SELECT count(*) FROM sessions").fetchone()
+    def _count_sync(self, prefix: str) -> int:
+        # substr, not LIKE: a prefix may hold LIKE's wildcards (_ is allowed in names).
+        row = (
+            self._conn()
+            .execute(
+                "SELECT count(*) FROM sessions WHERE substr(session_id, 1, ?) = ?",
+                (len(prefix), prefix),
+            )
+            .fetchone()
+            if prefix
+            else self._conn().execute("SELECT count(*) FROM sessions").fetchone()
+        )
         return int(row[0])
 
     def _get_sync(self, session_id: str) -> Session | None:

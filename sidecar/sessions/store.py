@@ -67,8 +67,9 @@ class SessionStore(Protocol):
         """The session with its turns, or None when it does not exist or has expired."""
         ...
 
-    async def count(self) -> int:
-        """How many sessions the store holds (expired ones not yet swept included)."""
+    async def count(self, prefix: str = "") -> int:
+        """How many sessions the store holds whose id starts with ``prefix`` (expired
+        ones not yet swept included)."""
         ...
 
     async def delete(self, session_id: str) -> bool:
@@ -136,8 +137,10 @@ class MemorySessionStore:
             return None
         return session
 
-    async def count(self) -> int:
-        return len(self._sessions)
+    async def count(self, prefix: str = "") -> int:
+        if not prefix:
+            return len(self._sessions)
+        return sum(1 for key in self._sessions if key.startswith(prefix))
 
     async def delete(self, session_id: str) -> bool:
         self._running.pop(session_id, None)

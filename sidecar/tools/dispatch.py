@@ -58,6 +58,8 @@ _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EX
 _TOO_LARGE = "CLIENT: Received message larger than max"
 
 Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
+ToolCallListener = Callable[[ToolCall, "str | None", ToolOutcome], None]
+"""Told of every call's end: the call, its tool's server (None: no such tool), its outcome."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +85,8 @@ class StepScope:
     carries that span's context instead of ``metadata``."""
     trim: ResultTrimmer | None = None
     """Cuts each result to what enters the model's context."""
+    on_finished: ToolCallListener | None = None
+    """Told of every call's end (the audit record), streamed or not."""
 
 
 @dataclass(slots=True)
@@ -195,20 +199,22 @@ class EarlyCalls:
         if early.span is not None:
             early.span.end(None)
         scope = self._scope
-        if early.running and scope.sink is not None:
+        if early.running and (scope.sink is not None or scope.on_finished is not None):
             call = early.item.call
-            scope.sink.tool_call_finished(
-                scope.step,
-                ToolOutcome(
-                    call_id=call.id,
-                    tool_name=call.name,
-                    status=ToolCallStatus.ERROR,
-                    content="not used: the model's final answer did not keep this call",
-                    start=scope.clock.now(),
-                    duration=0.0,
-                    attempts=0,
-                ),
+            outcome = ToolOutcome(
+                call_id=call.id,
+                tool_name=call.name,
+                status=ToolCallStatus.ERROR,
+                content="not used: the model's final answer did not keep this call",
+                start=scope.clock.now(),
+                duration=0.0,
+                attempts=0,
             )
+            if scope.sink is not None:
+                scope.sink.tool_call_finished(scope.step, outcome)
+            if scope.on_finished is not None:
+                tool = early.item.tool
+                scope.on_finished(call, tool.server if tool is not None else None, outcome)
 
 
 class Dispatcher:
@@ -278,6 +284,9 @@ class Dispatcher:
                 outcomes[i] = outcome
                 if sink is not None:
                     sink.tool_call_finished(scope.step, outcome)
+                if scope.on_finished is not None:
+                    tool = item.tool
+                    scope.on_finished(item.call, tool.server if tool is not None else None, outcome)
             finally:
                 done[i].set()
                 if span is not None:
