@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import types
+import typing
+
 import pytest
 from pydantic import BaseModel
 
 from sidecar.config import (
+    AuthConfig,
     CacheConfig,
     ModelConfig,
     PriceConfig,
@@ -64,11 +68,21 @@ async def test_a_breaker_window_must_hold_its_failure_threshold() -> None:
 
 
 def _config_keys(model: type[BaseModel], prefix: str) -> list[str]:
+    """Every key under ``model``: into sections (also optional ones, ``X | None``) and
+    lists of sections (``principals[].name``)."""
     keys = []
     for name, field in model.model_fields.items():
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            keys += _config_keys(annotation, f"{prefix}{name}.")
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) is list and inner:
+            section = inner[0]
+            suffix = "[]."
+        elif len(inner) == 1 and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            section, suffix = inner[0], "."
+        else:
+            section, suffix = annotation, "."
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            keys += _config_keys(section, f"{prefix}{name}{suffix}")
         else:
             keys.append(prefix + name)
     return keys
@@ -86,6 +100,7 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(SessionsConfig, "sessions.")
         + _config_keys(CacheConfig, "cache.")
         + _config_keys(SecurityConfig, "security.")
+        + _config_keys(AuthConfig, "auth.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

@@ -103,7 +103,9 @@ def test_two_calls_with_one_model_id_are_approved_one_at_a_time(stack: dict[str,
     events = run_approving(stack, calls, approve={"a"})
 
     asked = [e.approval_required for e in events if e.WhichOneof("event") == "approval_required"]
-    assert len({a.call_id for a in asked}) == 2 and "call_same" not in {a.call_id for a in asked}
+    assert len({a.call_id for a in asked}) == 2 and "call_same" not in {a.call_id for a in asked}, (
+        events
+    )
     assert refunds_executed(stack["tools"])[len(before) :] == ["a"]
     finished = {
         json.loads(next(a.arguments for a in asked if a.call_id == e.tool_call_finished.call_id))[

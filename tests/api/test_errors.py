@@ -24,7 +24,7 @@ from agentsidecar.errors import DOMAIN, ErrorDetails, error_details
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.agent.agent import Agent
 from sidecar.agent.loop import AgentLoop
-from sidecar.api.service import AgentServicer
+from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.api.status import REASONS
 from sidecar.config import ProfileConfig
 from sidecar.sessions.store import MemorySessionStore
@@ -185,9 +185,7 @@ async def broken_server() -> AsyncIterator[str]:
     profiles = {"default": ProfileConfig()}
     loop = AgentLoop(_NoModel(), ToolCatalog(), {}, profiles)
     server = grpc.aio.server()
-    agent_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentServicer(Agent(loop, _BrokenStore())), server
-    )
+    add_to_server(AgentServicer(Agent(loop, _BrokenStore())), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

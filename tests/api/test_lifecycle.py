@@ -217,7 +217,7 @@ async def test_health_is_not_serving_until_the_tool_servers_are_discovered(
         config = sidecar_config(
             sim, [{"name": "late", "address": address, "discovery_timeout": 30}]
         )
-        with sidecar(config, tmp_path) as side:
+        with sidecar(config, tmp_path, ready=False) as side:
             async with grpc.aio.insecure_channel(side.address) as channel:
                 health = health_pb2_grpc.HealthStub(channel)
                 reply = await health.Check(health_pb2.HealthCheckRequest())

@@ -56,9 +56,24 @@ def sidecar_config(
     )
 
 
-def sidecar(config: dict[str, Any], tmp_path: Path) -> ServerProcess:
-    """A sidecar; its SQLite store in ``tmp_path`` unless ``config`` names another."""
-    return testing.sidecar(config, tmp_path)
+def sidecar(
+    config: dict[str, Any], tmp_path: Path, *, ready: bool = True, **kwargs: Any
+) -> ServerProcess:
+    """A sidecar; its SQLite store in ``tmp_path`` unless ``config`` names another;
+    ``kwargs`` as for :func:`sidecar.testing.sidecar` (``env``, ``stderr`` ...).
+
+    With ``ready`` (the default) it returns once the sidecar's health says SERVING, so
+    its tool servers' tools are known; a test of what happens before then says
+    ``ready=False``.
+    """
+    process = testing.sidecar(config, tmp_path, **kwargs)
+    if ready:
+        try:
+            testing.wait_serving(process.address)
+        except BaseException:
+            process.stop()
+            raise
+    return process
 
 
 class SimControl:

@@ -1,0 +1,122 @@
+"""A sidecar exposed beyond loopback needs TLS and authentication, or says insecure aloud."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar import testing
+from sidecar.config import parse_config
+from sidecar.errors import StartupError
+from sidecar.security.exposure import check_exposure, is_loopback
+from sidecar.testing import ProcessStartError, ServerProcess
+from sidecar.testing.certs import TestCA
+
+PRINCIPAL = {"name": "svc", "token_sha256": "0" * 64}
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Iterator[ServerProcess]:
+    with testing.simulator() as sim:
+        yield sim
+
+
+def _start(sim: ServerProcess, tmp_path: Path, server: dict[str, Any], **sections: Any) -> str:
+    """Start a sidecar expecting it to refuse; return its stderr."""
+    config = testing.sidecar_config(sim.address, [], server={"port": 0, **server}, **sections)
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr, pytest.raises(ProcessStartError):
+        testing.sidecar(config, tmp_path, stderr=stderr)
+    return log.read_text()
+
+
+def test_plaintext_on_every_interface_refuses_to_start(
+    simulator: ServerProcess, tmp_path: Path
+) -> None:
+    stderr = _start(simulator, tmp_path, {"host": "0.0.0.0"})
+    assert "server.tls is unset" in stderr and "auth.principals is empty" in stderr
+    assert "server.insecure" in stderr  # says how to accept it
+
+
+def test_tls_without_authentication_beyond_loopback_refuses_to_start(
+    simulator: ServerProcess, tmp_path: Path
+) -> None:
+    issued = TestCA(tmp_path / "ca").issue("server")
+    tls = {"cert_file": issued.cert_file, "key_file": issued.key_file}
+    stderr = _start(simulator, tmp_path, {"host": "0.0.0.0", "tls": tls})
+    assert "auth.principals is empty" in stderr and "server.tls is unset" not in stderr
+
+
+def test_insecure_true_starts_and_warns(simulator: ServerProcess, tmp_path: Path) -> None:
+    config = testing.sidecar_config(
+        simulator.address, [], server={"port": 0, "host": "0.0.0.0", "insecure": True}
+    )
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr, testing.sidecar(config, tmp_path, stderr=stderr) as side:
+        testing.wait_serving(f"127.0.0.1:{side.port}")
+    warnings = [line for line in log.read_text().splitlines() if "insecure:" in line]
+    assert len(warnings) == 2, warnings  # both exposures, each named
+
+
+def test_loopback_plaintext_is_the_quiet_default(simulator: ServerProcess, tmp_path: Path) -> None:
+    config = testing.sidecar_config(simulator.address, [])
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr, testing.sidecar(config, tmp_path, stderr=stderr) as side:
+        testing.wait_serving(side.address)
+    assert "insecure" not in log.read_text()
+
+
+_OCTET = st.integers(0, 255)
+
+
+@given(st.tuples(_OCTET, _OCTET, _OCTET))
+def test_every_127_address_is_loopback_and_no_other_ipv4_is(octets: tuple[int, int, int]) -> None:
+    assert is_loopback("127.{}.{}.{}".format(*octets))
+    first = 10 if octets[0] == 127 else octets[0]
+    assert not is_loopback(f"{first}.{octets[1]}.{octets[2]}.1")
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("unix:/run/s.sock", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("sidecar.example", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@given(
+    host=st.sampled_from(["0.0.0.0", "::", "10.0.0.5", "sidecar.internal"]),
+    tls=st.booleans(),
+    principals=st.booleans(),
+    insecure=st.booleans(),
+)
+def test_an_exposed_sidecar_starts_only_when_protected_or_insecure_is_said(
+    host: str, tls: bool, principals: bool, insecure: bool
+) -> None:
+    server: dict[str, Any] = {"host": host, "insecure": insecure}
+    if tls:
+        server["tls"] = {"cert_file": "c.pem", "key_file": "k.pem"}
+    config = parse_config(
+        {"server": server, "auth": {"principals": [PRINCIPAL] if principals else []}}
+    )
+    protected = tls and principals
+    if protected or insecure:
+        warnings = check_exposure(config)
+        assert bool(warnings) is (not protected)
+    else:
+        with pytest.raises(StartupError):
+            check_exposure(config)
