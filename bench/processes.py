@@ -57,10 +57,13 @@ def simulator(*flags: str) -> ServerProcess:
     return start("-m", "llmsim", "--port", "0", *flags)
 
 
-def shop(tool_ms: dict[str, float]) -> ServerProcess:
-    """The example shop tool server, with simulated handler latency per tool."""
+def shop(
+    tool_ms: dict[str, float], *flags: str, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """The example shop tool server, with simulated handler latency per tool; ``flags``
+    and ``env`` add to its command line and environment (TLS, a token)."""
     latency = [f for name, ms in tool_ms.items() if ms for f in ("--latency", f"{name}={ms:g}")]
-    return start("-m", "toolservers.examples.shop", "--port", "0", *latency)
+    return start("-m", "toolservers.examples.shop", "--port", "0", *latency, *flags, env=env)
 
 
 def tool_server(name: str, latency_ms: float, *flags: str) -> ServerProcess:
@@ -86,10 +89,14 @@ def sidecar(
     store: str = "sqlite",
     profiles: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
+    server: dict[str, Any] | None = None,
+    tool_server: dict[str, Any] | None = None,
+    auth: dict[str, Any] | None = None,
 ) -> ServerProcess:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
     gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
-    ``env`` adds to its environment."""
+    ``env`` adds to its environment; ``server``, ``auth`` and ``tool_server`` (merged
+    into every tool server's entry) add configuration."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -102,9 +109,15 @@ def sidecar(
                 "model": "bench-model",
                 "transport": transport,
             },
-            "tool_servers": [{"name": name, "address": s.address} for name, s in tools],
+            "tool_servers": [
+                {"name": name, "address": s.address, **(tool_server or {})} for name, s in tools
+            ],
             "sessions": sessions,
         }
+        if server is not None:
+            config["server"].update(server)
+        if auth is not None:
+            config["auth"] = auth
         if profiles is not None:
             config["profiles"] = profiles
         yaml.safe_dump(config, config_file)
@@ -142,7 +155,9 @@ def configured_sidecar(
 class Worker:
     """A contender process (``bench.peers.worker``) that runs batches on command."""
 
-    def __init__(self, name: str, module: str | None = None) -> None:
+    def __init__(
+        self, name: str, module: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "bench.peers.worker", module or name],
@@ -151,6 +166,7 @@ class Worker:
             stderr=subprocess.DEVNULL,
             text=True,
             cwd=ROOT,
+            env={**os.environ, **(env or {})},
         )
         self._read()  # {"ready": name}
 

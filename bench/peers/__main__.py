@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import platform
 import tempfile
@@ -38,6 +39,7 @@ from bench import processes
 from bench.peers import report
 from bench.workload import PROMPT, REALISTIC, ZERO
 from sidecar.testing import ServerProcess
+from sidecar.testing.certs import TestCA
 
 CONTENDERS = (
     "sidecar",
@@ -45,6 +47,7 @@ CONTENDERS = (
     "sidecar_memory",
     "sidecar_sdk",
     "sidecar_event_engine",
+    "sidecar_secure",
     "floor",
     "textbook",
     "textbook_threads",
@@ -67,6 +70,10 @@ def _scenarios(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
+_CALLER_TOKEN = "bench-caller-token"  # a benchmark's throwaway tokens
+_TOOLS_TOKEN = "bench-tools-token"
+
+
 class Stack:
     """Every process of the run."""
 
@@ -79,6 +86,41 @@ class Stack:
             "zero": processes.shop(ZERO.tool_ms),
             "realistic": processes.shop(REALISTIC.tool_ms),
         }
+        # "sidecar_secure": TLS on both gRPC links, a caller's token checked by the
+        # sidecar and the sidecar's token (and client certificate) checked by its own
+        # tool servers; what the locked-down setup of docs/security.md costs.
+        ca = TestCA(workdir / "pki")
+        issued = ca.issue("bench-server")
+        client = ca.issue("bench-sidecar", client=True)
+        tls_flags = (
+            *("--tls-cert", issued.cert_file, "--tls-key", issued.key_file),
+            *("--tls-client-ca", ca.ca_file, "--token-env", "BENCH_TOOLS_TOKEN"),
+        )
+        tools_env = {"BENCH_TOOLS_TOKEN": _TOOLS_TOKEN}
+        self.secure_shops = {
+            "zero": processes.shop(ZERO.tool_ms, *tls_flags, env=tools_env),
+            "realistic": processes.shop(REALISTIC.tool_ms, *tls_flags, env=tools_env),
+        }
+        secure = {
+            "server": {"tls": {"cert_file": issued.cert_file, "key_file": issued.key_file}},
+            "auth": {
+                "principals": [
+                    {
+                        "name": "bench",
+                        "token_sha256": hashlib.sha256(_CALLER_TOKEN.encode()).hexdigest(),
+                    }
+                ]
+            },
+            "tool_server": {
+                "tls": {
+                    "ca_file": ca.ca_file,
+                    "cert_file": client.cert_file,
+                    "key_file": client.key_file,
+                },
+                "token_env": "BENCH_TOOLS_TOKEN",
+            },
+            "env": tools_env,
+        }
         # One sidecar per mode and variant: "sidecar" is the default configuration (model
         # requests straight through aiohttp, sessions in SQLite); "sidecar_memory" keeps
         # sessions in memory (what durability costs); "sidecar_sdk" sends model requests
@@ -86,35 +128,49 @@ class Stack:
         # "sidecar_event_engine" keeps gRPC's default I/O (what agentsidecar.grpc_io saves).
         # "sidecar_new_session" is the default configuration with each run's session
         # created inside the timed run (CreateSession, then Run), as a one-shot caller does.
-        variants: dict[str, tuple[str, str, dict[str, str]]] = {
+        variants: dict[str, tuple[str, str, dict[str, Any]]] = {
             "sidecar": ("direct", "sqlite", {}),
             "sidecar_new_session": ("direct", "sqlite", {}),
             "sidecar_memory": ("direct", "memory", {}),
             "sidecar_sdk": ("sdk", "sqlite", {}),
-            "sidecar_event_engine": ("direct", "sqlite", {"GRPC_EXPERIMENTS": ""}),
+            "sidecar_event_engine": ("direct", "sqlite", {"env": {"GRPC_EXPERIMENTS": ""}}),
+            "sidecar_secure": ("direct", "sqlite", secure),
         }
         self.sidecars = {
             (name, mode): processes.sidecar(
                 self.sims[mode],
-                [("shop", self.shops[mode])],
+                [("shop", self._shop(name, mode))],
                 workdir,
                 transport=transport,
                 store=store,
-                env=env,
+                **options,
             )
-            for name, (transport, store, env) in variants.items()
+            for name, (transport, store, options) in variants.items()
             for mode in self.sims
         }
-        self.workers = {
-            name: processes.Worker(name, module=_contender_module(name)) for name in CONTENDERS
+        secure_caller = {
+            "BENCH_CA_FILE": ca.ca_file,
+            "BENCH_SERVER_NAME": "localhost",
+            "BENCH_TOKEN": _CALLER_TOKEN,
         }
+        self.workers = {
+            name: processes.Worker(
+                name,
+                module=_contender_module(name),
+                env=secure_caller if name == "sidecar_secure" else None,
+            )
+            for name in CONTENDERS
+        }
+
+    def _shop(self, contender: str, mode: str) -> ServerProcess:
+        return (self.secure_shops if contender == "sidecar_secure" else self.shops)[mode]
 
     def sidecar(self, contender: str, mode: str) -> ServerProcess | None:
         return self.sidecars.get((contender, mode))
 
     def tool_server(self, contender: str, mode: str) -> ServerProcess | None:
         """The tool server a sidecar contender calls; None for the peers (tools in-process)."""
-        return self.shops[mode] if (contender, mode) in self.sidecars else None
+        return self._shop(contender, mode) if (contender, mode) in self.sidecars else None
 
     def target(self, contender: str, mode: str) -> str:
         sidecar = self.sidecar(contender, mode)
@@ -125,7 +181,7 @@ class Stack:
     def stop(self) -> None:
         for worker in self.workers.values():
             worker.stop()
-        for group in (self.sidecars, self.shops, self.sims):
+        for group in (self.sidecars, self.shops, self.secure_shops, self.sims):
             for server in group.values():
                 server.stop()
 
@@ -155,7 +211,7 @@ def _batch(stack: Stack, contender: str, scenario: dict[str, Any]) -> dict[str, 
 
 def _contender_module(name: str) -> str:
     """The contender module a worker loads: sidecar variants differ by configuration only."""
-    if name == "sidecar_new_session":
+    if name in ("sidecar_new_session", "sidecar_secure"):
         return name
     return "sidecar" if name.startswith("sidecar") else name
 

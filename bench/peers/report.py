@@ -13,6 +13,7 @@ LABELS = {
     "sidecar_memory": "agent-sidecar, sessions in memory instead of SQLite",
     "sidecar_sdk": "agent-sidecar, model requests through openai.AsyncOpenAI",
     "sidecar_event_engine": "agent-sidecar, gRPC's default I/O (EventEngine threads)",
+    "sidecar_secure": "agent-sidecar, TLS and token authentication on both gRPC links",
     "floor": "floor: hand-written asyncio + aiohttp, tools in-process",
     "textbook": "textbook loop: sync openai, tools one after another",
     "textbook_threads": "textbook loop, tools on a thread pool",
@@ -236,13 +237,17 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "Every peer runs its tools in-process. CPU is the contender's own process (for the "
         "sidecar, the sidecar process; its client's CPU is shown apart). The first sidecar "
         "row is the default configuration: every turn is stored durably in SQLite. The "
-        "second keeps sessions in memory, as every peer does: the difference is what "
-        "durability costs. The third sends its model requests through `openai.AsyncOpenAI` "
-        "(`model.transport: sdk`, raw bytes in and out) instead of the sidecar's own lean "
-        "HTTP client: the difference is what keeping the SDK's plumbing off the hot path "
-        "saves. The fourth runs gRPC's default I/O, on its EventEngine threads, instead of "
-        "the poller the sidecar loads it with (`agentsidecar/grpc_io.py`; its tool server is "
-        "the same as the others'): the difference is what that choice saves. The "
+        "others each change one thing. *Session created inside the run*: a one-shot caller's "
+        "CreateSession then Run. *Sessions in memory*, as every peer keeps them: the "
+        "difference is what durability costs. *Model requests through openai.AsyncOpenAI* "
+        "(`model.transport: sdk`, raw bytes in and out) instead of the sidecar's own "
+        "transport: the difference is what keeping the SDK's plumbing off the hot path "
+        "saves. *gRPC's default I/O*, on its EventEngine threads, instead of the poller the "
+        "sidecar loads it with (`agentsidecar/grpc_io.py`; its tool server is the same as "
+        "the others'): what that choice saves. *TLS and token authentication*: the caller "
+        "dials TLS with a bearer token the sidecar checks, and the sidecar dials its tool "
+        "server over mutual TLS with a token that server checks (docs/security.md): what "
+        "the locked-down setup costs, tool server's CPU included. The "
         "textbook loop uses the SDK's full `chat.completions.create`.",
         "",
         "## Targets",
