@@ -243,6 +243,44 @@ class ContextConfig(_Strict):
     of the turns. Off: dropped turns are simply not sent."""
     memory_max_chars: int = Field(2_000, ge=100)
     """Longest memory kept; the model is asked to stay under it and longer text is cut."""
+    memory_model: dict[str, Any] | None = None
+    """The model that writes memory summaries, as keys of the top-level ``model`` section
+    that differ (``{model: llama-3.1-8b-instant}``); unset: the top-level model."""
+
+
+_VARIANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class VariantConfig(_Strict):
+    """One variant of a profile: a model (and optionally a prompt) with a share of sessions."""
+
+    name: str = Field(pattern=_VARIANT_NAME)
+    """Its name, on every turn, in the timeline, metrics and the audit record."""
+    weight: float = Field(ge=0)
+    """Its share of new sessions, relative to the other variants' (90 and 10: 90%)."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    """Keys of the top-level ``model`` section that differ for this variant (``model``,
+    ``base_url``, ``temperature`` ...); empty: the top-level model as it is."""
+    system_prompt: str | None = None
+    """Its system prompt; unset: the profile's."""
+    tools_model: dict[str, Any] | None = None
+    """Tiering for this variant; unset: the profile's ``tools_model``."""
+
+
+class RollbackConfig(_Strict):
+    """When a canary variant is taken out of rotation: it breaches its objective against
+    the stable variant (the first one listed) over a window with enough runs of both."""
+
+    enabled: bool = True
+    window: float = Field(300.0, gt=0)
+    """Seconds of the latest runs compared."""
+    min_runs: int = Field(20, ge=1)
+    """Runs of the canary and of the stable variant the window needs before judging."""
+    max_error_rate_increase: float = Field(0.05, ge=0, le=1)
+    """How far the canary's share of failed runs (a model error, an invalid answer, a
+    repaired tool call that failed again) may exceed the stable variant's."""
+    max_p95_ratio: float = Field(1.5, ge=1)
+    """How many times the stable variant's P95 run latency the canary's may be."""
 
 
 class ProfileConfig(_Strict):
@@ -271,6 +309,28 @@ class ProfileConfig(_Strict):
     """The profile's latency budget; unset budgets are not checked."""
     context: ContextConfig = ContextConfig()
     """The context window, tool-result trimming and memory of the profile's sessions."""
+    tools_model: dict[str, Any] | None = None
+    """Tiering: the model for the steps that choose tools, as keys of the top-level
+    ``model`` section that differ (a small fast model); the answer comes from the
+    profile's own model, asked once the small one needs no more tools. Unset: one model
+    for every step."""
+    variants: list[VariantConfig] = Field(default_factory=list)
+    """Model variants sharing the profile's new sessions by weight; the first is the
+    stable one, the others canaries. A session stays on the variant it started on. Empty:
+    the top-level model alone."""
+    rollback: RollbackConfig = RollbackConfig()
+    """When a canary is taken out of rotation automatically."""
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, variants: list[VariantConfig]) -> list[VariantConfig]:
+        names = [v.name for v in variants]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"variant names must be unique; repeated: {repeated}")
+        if variants and not any(v.weight > 0 for v in variants):
+            raise ValueError("at least one variant needs a weight above 0")
+        return variants
 
 
 class ServerTlsConfig(_Strict):
@@ -568,6 +628,38 @@ class SidecarConfig(_Strict):
             raise ValueError("at least one agent profile is required")
         return profiles
 
+    @model_validator(mode="after")
+    def _model_overrides_are_models(self) -> SidecarConfig:
+        # Each partial model section must make a valid model with the top-level one.
+        for name, profile in self.profiles.items():
+            overrides = [("tools_model", profile.tools_model)]
+            overrides.append(("context.memory_model", profile.context.memory_model))
+            for i, variant in enumerate(profile.variants):
+                overrides.append((f"variants.{i}.model", variant.model))
+                overrides.append((f"variants.{i}.tools_model", variant.tools_model))
+            for where, override in overrides:
+                if override is None:
+                    continue
+                try:
+                    resolve_model(self.model, override)
+                except ValidationError as exc:
+                    problem = "; ".join(
+                        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                    )
+                    raise ValueError(f"profiles.{name}.{where}: {problem}") from None
+        return self
+
+
+def resolve_model(base: ModelConfig, override: Mapping[str, Any]) -> ModelConfig:
+    """The model section ``base`` with the keys of ``override`` replaced.
+
+    Raises:
+        ValidationError: the result is not a valid model section.
+    """
+    if not override:
+        return base
+    return ModelConfig.model_validate({**base.model_dump(exclude_unset=True), **override})
+
 
 def parse_config(data: Mapping[str, Any] | None, *, source: str = "config") -> SidecarConfig:
     """Validate a parsed configuration document.
@@ -609,11 +701,19 @@ def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | Non
     return environ.get(model.api_key_env) or None
 
 
-def token_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment variables the configuration names for tokens (``token_env`` of
-    principals and tool servers), with their values; unset or empty ones are left out."""
+def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables the configuration names for secrets beyond the model
+    key (``token_env`` of principals and tool servers, ``api_key_env`` of model variants
+    and tiers), with their values; unset or empty ones are left out."""
     names = {p.token_env for p in config.auth.principals if p.token_env}
     names |= {s.token_env for s in config.tool_servers if s.token_env}
+    for profile in config.profiles.values():
+        overrides = [profile.tools_model, profile.context.memory_model]
+        for variant in profile.variants:
+            overrides += [variant.model, variant.tools_model]
+        names |= {
+            o["api_key_env"] for o in overrides if o and isinstance(o.get("api_key_env"), str)
+        }
     return {name: environ[name] for name in sorted(names) if environ.get(name)}
 
 

@@ -91,6 +91,8 @@ class RunCost:
     """The model whose prices were used."""
     simulated: bool = False
     """The tokens came from the LLM simulator: what they would cost on ``priced_as``."""
+    models: dict[str, float] = field(default_factory=dict)
+    """US dollars by model, when the run called more than one (tiering)."""
 
     @property
     def total_usd(self) -> float:
@@ -248,6 +250,10 @@ class RunOutcome:
     error: RunError | None = None
     cost: RunCost | None = None
     overruns: list[BudgetOverrun] = field(default_factory=list)
+    repairs: int = 0
+    """Repair rounds: model calls that emitted a malformed tool call and were asked again."""
+    variant: str = ""
+    """The profile's model variant the run used; empty when the profile has none."""
 
     def add_persistence(self, start: float, end: float) -> None:
         """Add the PERSISTENCE stage (recording the turn), which follows the loop's end.
@@ -325,6 +331,8 @@ class Turn:
     turn failed, was cancelled or was cut off, so the next turn starts clean."""
     tokens: int = 0
     """Estimated tokens of ``messages``; 0 until someone estimated them."""
+    variant: str = ""
+    """The profile's model variant the turn ran on; empty when the profile has none."""
 
 
 @dataclass(slots=True)

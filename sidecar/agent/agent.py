@@ -39,6 +39,7 @@ from sidecar.agent.limits import (
     page_size,
 )
 from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
+from sidecar.agent.variants import Variant, VariantRouter
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.calibration import TokenCalibration
 from sidecar.errors import (
@@ -89,6 +90,8 @@ _DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another re
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 _COUNT_EVERY = 1.0  # seconds a session count is reused before the store counts again
 _STOP_WAIT = 10.0  # seconds a delete or a drain waits for a stopped turn to unwind
+# Runs that count against a variant: the model failed, or its answer did not fit.
+_FAILED = frozenset({StopReason.MODEL_ERROR, StopReason.INVALID_ANSWER})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +151,13 @@ class ClaimedTurn:
     """Wall-clock start, seconds since the epoch."""
     clock: Clock = field(default_factory=Clock)
     """The run's clock, started when the request arrived."""
+    variant: Variant | None = None
+    """The profile's variant the turn runs on; None: the profile has no variants."""
+
+    @property
+    def model_name(self) -> str:
+        """The model that answers this turn."""
+        return self.variant.models.answer.name if self.variant is not None else ""
 
     @property
     def session_id(self) -> str:
@@ -169,6 +179,8 @@ class Agent:
         max_runs: Turns in flight at once; one more is refused (Overloaded).
         max_sessions: Sessions the store may hold; None: no limit.
         audit: The audit record; unset: none.
+        routers: Each profile's variants (with tiering); a profile without one runs on
+            the loop's model.
 
     Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
     only for the principal that created it, and the principal's profiles and quotas
@@ -187,8 +199,10 @@ class Agent:
         max_runs: int = 1024,
         max_sessions: int | None = None,
         audit: AuditLog | None = None,
+        routers: Mapping[str, VariantRouter] | None = None,
     ) -> None:
         self.loop = loop
+        self.routers = dict(routers or {})
         self.store = store
         self.context = context or ContextAssembler(
             {name: p.config for name, p in loop.profiles.items()}, None
@@ -478,9 +492,16 @@ class Agent:
         if profile is None:
             raise ProfileRemoved(session_id, session.profile)
         check_input(user_input, profile.config.max_input_chars)
+        router = self.routers.get(profile.name)
+        variant = None
+        if router is not None:
+            # Sticky: the session's variant is the one its latest turn ran on.
+            pinned = next((t.variant for t in reversed(session.turns) if t.variant), None)
+            variant = router.choose(pinned)
         turn = ClaimedTurn(
             session=session,
             principal=principal,
+            variant=variant,
             profile=profile,
             run_id=uuid.uuid4().hex,
             input=user_input,
@@ -541,6 +562,9 @@ class Agent:
             budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
         session, profile, clock = turn.session, turn.profile, turn.clock
+        variant = turn.variant
+        system_message = variant.system_message if variant is not None else profile.system_message
+        model_name = turn.model_name or self.model_name
         telemetry = self.telemetry
         trace = telemetry.run_started(
             profile=profile.name,
@@ -581,10 +605,10 @@ class Agent:
                 window = self.context.window(
                     session,
                     profile.name,
-                    profile.system_message,
+                    system_message,
                     self.loop.tool_definitions(profile),
                     turn.input,
-                    scale=self.calibration.ratio(self.model_name, session.session_id),
+                    scale=self.calibration.ratio(model_name, session.session_id),
                 )
                 result = await self.loop.run(
                     profile,
@@ -598,6 +622,8 @@ class Agent:
                     clock=clock,
                     trace=trace,
                     on_tool_call=on_tool_call,
+                    models=variant.models if variant is not None else None,
+                    system_message=system_message,
                 )
             except asyncio.CancelledError:
                 if running.stopped is None:
@@ -620,10 +646,12 @@ class Agent:
                 stop_reason=outcome.stop_reason if outcome else StopReason.CANCELLED,
                 start_time=turn.started,
                 end_time=time.time(),
+                variant=variant.name if variant is not None else "",
             )
             if outcome is not None:
                 record.usage = outcome.usage
-                outcome.cost = self.prices.cost(self.model_name, outcome.usage)
+                outcome.variant = record.variant
+                outcome.cost = self.prices.run_cost(model_name, outcome.usage, outcome.stages)
                 self._calibrate(session.session_id, outcome)
             if result is not None:
                 record.messages = result.messages
@@ -658,9 +686,14 @@ class Agent:
                         prompt_tokens=record.usage.prompt_tokens,
                         completion_tokens=record.usage.completion_tokens,
                     )
+                if outcome is not None and variant is not None and variant.name:
+                    router = self.routers[profile.name]
+                    failed = outcome.stop_reason in _FAILED
+                    router.record(variant.name, end, failed)
+                    telemetry.variant_run(profile.name, variant.name, outcome, failed)
                 telemetry.run_finished(
                     profile=profile.name,
-                    model=self.model_name,
+                    model=model_name,
                     session_id=session.session_id,
                     run_id=turn.run_id,
                     outcome=outcome,
@@ -699,7 +732,7 @@ class Agent:
             detail = stage.detail
             if isinstance(detail, ModelCallDetail) and detail.request_bytes:
                 self.calibration.observe(
-                    self.model_name, session_id, detail.request_bytes, detail.usage.prompt_tokens
+                    stage.name, session_id, detail.request_bytes, detail.usage.prompt_tokens
                 )
 
     def _approver(self, session: Session, profile: Profile, deadline: float) -> Approver:

@@ -10,11 +10,11 @@ and adds others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sidecar.config import PriceConfig
-from sidecar.types import RunCost, Usage
+from sidecar.types import ModelCallDetail, RunCost, Stage, StageKind, Usage
 
 __all__ = ["PriceTable"]
 
@@ -87,4 +87,28 @@ class PriceTable:
             cached_prompt_usd=cached_usd,
             priced_as=model,
             simulated=self._simulated,
+        )
+
+    def run_cost(self, model: str, usage: Usage, stages: Sequence[Stage]) -> RunCost | None:
+        """The cost of a run: ``usage`` on ``model``, or, when its model calls went to
+        several models (tiering), the sum of each call on its own model, split by model
+        in ``RunCost.models``. None when a model it called has no price."""
+        by_model: dict[str, Usage] = {}
+        for stage in stages:
+            detail = stage.detail
+            if stage.kind is StageKind.MODEL_CALL and isinstance(detail, ModelCallDetail):
+                by_model.setdefault(stage.name, Usage()).add(detail.usage)
+        if len(by_model) <= 1 or self._priced_as is not None:
+            return self.cost(model, usage)
+        parts = {name: self.cost(name, part) for name, part in by_model.items()}
+        if any(part is None for part in parts.values()):
+            return None
+        priced = [part for part in parts.values() if part is not None]
+        return RunCost(
+            prompt_usd=sum(p.prompt_usd for p in priced),
+            completion_usd=sum(p.completion_usd for p in priced),
+            cached_prompt_usd=sum(p.cached_prompt_usd for p in priced),
+            priced_as="",
+            simulated=self._simulated,
+            models={name: part.total_usd for name, part in parts.items() if part is not None},
         )

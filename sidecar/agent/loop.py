@@ -18,6 +18,7 @@ import fastjsonschema
 import orjson
 
 from sidecar.agent.budget import RunBudget
+from sidecar.agent.variants import RunModels
 from sidecar.config import BudgetConfig, ProfileConfig
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ModelError, ToolUseFailed
@@ -158,6 +159,8 @@ class AgentLoop:
         clock: Clock | None = None,
         trace: RunTrace | None = None,
         on_tool_call: ToolCallListener | None = None,
+        models: RunModels | None = None,
+        system_message: dict[str, Any] | None = None,
     ) -> RunResultWithMessages:
         """Run one user turn.
 
@@ -173,11 +176,15 @@ class AgentLoop:
             clock: the run's clock, when the caller started it earlier.
             trace: the run's spans, when tracing is on.
             on_tool_call: told of every tool call's end (the audit record).
+            models: the models to call (a variant's, tiered or not); unset: the loop's.
+            system_message: the system message (a variant's); unset: the profile's.
         """
         clock = clock or Clock()
         run = _Run(self, profile, clock, deadline, structured, sink, approver, metadata)
         run.trace = trace
         run.on_tool_call = on_tool_call
+        run.models = models or RunModels(self.model)
+        run.system_message = system_message or profile.system_message
         if profile.budget is not None:
             started = time.monotonic() - clock.now()
             run.budget = RunBudget(profile.budget, started=started, deadline=deadline)
@@ -216,6 +223,9 @@ class _Run:
         self.steps = 0
         self.trace: RunTrace | None = None
         self.on_tool_call: ToolCallListener | None = None
+        self.models = RunModels(loop.model)
+        self.system_message = profile.system_message
+        self.repairs = 0
         self.budget: RunBudget | None = None
         self.overruns: list[BudgetOverrun] = []
         self.history: Sequence[dict[str, Any]] = ()
@@ -243,6 +253,7 @@ class _Run:
             tool_calls=self.tool_calls,
             error=error,
             overruns=self.overruns,
+            repairs=self.repairs,
         )
         return RunResultWithMessages(outcome, new_messages)
 
@@ -262,20 +273,28 @@ class _Run:
             if self.trace is not None:
                 self.trace.step(step, self.clock.now())
             built = self.clock.now()
-            messages = [self.profile.system_message, *history, *new]
+            messages = [self.system_message, *history, *new]
             tools = self.loop.tool_definitions(self.profile)
             self.stages.append(
                 Stage(StageKind.CONTEXT_BUILD, "context", step, built, self.clock.now() - built)
             )
             if stream and config.early_dispatch:
                 self.early = self._early_calls(step)
+            # Tiered, the tools model chooses tools: its text is never shown (the answer
+            # model writes the answer), and it gets no answer schema.
+            tiered = self.models.tools is not None
+            model = self.models.tools or self.models.answer
+            step_schema = None if tiered else schema
             try:
-                response = await self._think(step, messages, tools, stream, schema)
+                response = await self._think(
+                    step, messages, tools, stream, step_schema, model=model, show=not tiered
+                )
             except ToolUseFailed as exc:
                 if self.early is not None:
                     self.early.cancel()
                     self.early = None
                 # One repair round: tell the model what was wrong, once per step.
+                self.repairs += 1
                 repair = {
                     "role": "user",
                     "content": _REPAIR_PROMPT.format(
@@ -283,11 +302,31 @@ class _Run:
                     ),
                 }
                 try:
-                    response = await self._think(step, [*messages, repair], tools, stream, schema)
+                    response = await self._think(
+                        step,
+                        [*messages, repair],
+                        tools,
+                        stream,
+                        step_schema,
+                        model=model,
+                        show=not tiered,
+                    )
                 except ModelError as again:
                     return await self._model_failed(again, history_kept=new)
             except ModelError as exc:
                 return await self._model_failed(exc, history_kept=new)
+            if tiered and not response.tool_calls and response.refusal is None:
+                # The tools model needs no more tools: the answer model answers, with the
+                # tools still in the prompt (its cached prefix stays the same) but not callable.
+                if self.early is not None:
+                    self.early.cancel()
+                    self.early = None
+                try:
+                    response = await self._think(
+                        step, messages, tools, stream, schema, tool_choice="none"
+                    )
+                except ModelError as exc:
+                    return await self._model_failed(exc, history_kept=new)
 
             if response.refusal is not None and not response.tool_calls:
                 new.append({"role": "assistant", "content": response.refusal})
@@ -356,7 +395,13 @@ class _Run:
         schema: dict[str, Any] | None,
         deadline: float | None = None,
         tool_choice: str | None = None,
+        *,
+        model: Model | None = None,
+        show: bool = True,
     ) -> ModelResponse:
+        """One model call (``model``, the answer model unless told); ``show``: its text
+        streams to the caller."""
+        model = model or self.models.answer
         if deadline is None:
             deadline = (
                 self.deadline if self.budget is None else self.budget.deadline(BudgetStage.MODEL)
@@ -366,7 +411,7 @@ class _Run:
             raise ModelError("deadline_exceeded", "the run's time ran out", retryable=False)
         sink = self.sink
         on_text = None
-        if stream and sink is not None:
+        if stream and show and sink is not None:
 
             def on_text(text: str) -> None:
                 sink.text_delta(step, text)
@@ -376,17 +421,17 @@ class _Run:
         start = self.clock.now()
         try:
             async with asyncio.timeout(remaining):
-                response = await self.loop.model.complete(request, on_text, on_tool_call)
+                response = await model.complete(request, on_text, on_tool_call)
         except TimeoutError:
-            self._model_stage(step, start, remaining, None, "deadline_exceeded")
+            self._model_stage(model, step, start, remaining, None, "deadline_exceeded")
             raise ModelError(
                 "deadline_exceeded", "the run's time ran out", retryable=False
             ) from None
         except ModelError as exc:
-            self._model_stage(step, start, remaining, None, exc.code)
+            self._model_stage(model, step, start, remaining, None, exc.code)
             raise
         self.usage.add(response.usage)
-        self._model_stage(step, start, remaining, response, None)
+        self._model_stage(model, step, start, remaining, response, None)
         return response
 
     def _tools_deadline(self) -> float:
@@ -407,6 +452,7 @@ class _Run:
 
     def _model_stage(
         self,
+        model: Model,
         step: int,
         start: float,
         allowed: float,
@@ -434,7 +480,7 @@ class _Run:
                 time_allowed=allowed,
                 request_bytes=response.request_bytes,
             )
-        stage = Stage(StageKind.MODEL_CALL, self.loop.model.name, step, start, duration, detail)
+        stage = Stage(StageKind.MODEL_CALL, model.name, step, start, duration, detail)
         self.stages.append(stage)
         if self.trace is not None:
             self.trace.model_call(stage)

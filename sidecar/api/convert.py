@@ -103,6 +103,7 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         timeline=timeline(outcome.stages, outcome.total),
         steps=outcome.steps,
         tool_calls=outcome.tool_calls,
+        variant=outcome.variant,
     )
     if outcome.error is not None:
         result.error.code = outcome.error.code
@@ -123,6 +124,7 @@ def cost(c: RunCost) -> agent_pb2.Cost:
         cached_prompt_usd=c.cached_prompt_usd,
         priced_as=c.priced_as,
         simulated=c.simulated,
+        models=[agent_pb2.ModelCost(model=m, total_usd=usd) for m, usd in c.models.items()],
     )
 
 
@@ -157,6 +159,7 @@ def turn(t: Turn) -> agent_pb2.Turn:
         start_time=timestamp(t.start_time),
         end_time=timestamp(t.end_time),
         usage=usage(t.usage),
+        variant=t.variant,
     )
 
 

@@ -32,8 +32,17 @@ from agentsidecar.v1 import agent_pb2, tool_pb2
 from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.variants import RunModels, Variant, VariantRouter
 from sidecar.api.service import AgentServicer, add_to_server
-from sidecar.config import GROQ_BASE_URL, SidecarConfig, ToolServerConfig, dsn_password
+from sidecar.config import (
+    GROQ_BASE_URL,
+    ModelConfig,
+    ProfileConfig,
+    SidecarConfig,
+    ToolServerConfig,
+    dsn_password,
+    resolve_model,
+)
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
 from sidecar.errors import StartupError
@@ -106,6 +115,7 @@ class Sidecar:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         environ = environ or {}
+        self._environ = environ
         self.config = config
         self._api_key = api_key
         self.redact = redactor or Redactor(
@@ -142,6 +152,8 @@ class Sidecar:
         self._server: grpc.aio.Server | None = None
         self._simulator: object | None = None
         self._model: Model | None = None
+        self._models: dict[str, Model] = {}  # by resolved model section, each built once
+        self._base_url = ""
         self.port = 0
         self._ready_task: asyncio.Task[None] | None = None
         self._servicer: AgentServicer | None = None
@@ -192,9 +204,13 @@ class Sidecar:
                 model.api_key_env,
                 base_url,
             )
+        self._base_url = base_url or GROQ_BASE_URL
+        return self._client(model, self._base_url, None if keyless else api_key)
+
+    def _client(self, model: ModelConfig, base_url: str, api_key: str | None) -> Model:
         return OpenAICompatibleModel(
-            base_url=base_url or GROQ_BASE_URL,
-            api_key=None if keyless else api_key,
+            base_url=base_url,
+            api_key=api_key,
             model=model.model,
             retry=model.retry,
             timeout=model.timeout,
@@ -205,6 +221,75 @@ class Sidecar:
             on_error=self.telemetry.model_error_hook(model.model),
             redact=self.redact,
         )
+
+    def _model_for(self, override: Mapping[str, object] | None) -> Model:
+        """The model of a partial model section (a variant's, a tier's); each distinct
+        one is built once. Unset or empty: the top-level model.
+
+        Raises:
+            StartupError: it names an API key variable that is unset.
+        """
+        assert self._model is not None
+        if not override:
+            return self._model
+        resolved = resolve_model(self.config.model, override)
+        key = resolved.model_dump_json()
+        found = self._models.get(key)
+        if found is not None:
+            return found
+        if resolved.keyless:
+            api_key = None
+        elif resolved.api_key_env == self.config.model.api_key_env:
+            api_key = self._api_key
+        else:
+            api_key = self._environ.get(resolved.api_key_env)
+            if not api_key and self._simulator is None:
+                raise StartupError(
+                    f"a model variant names {resolved.api_key_env}, which is unset or empty"
+                )
+        base_url = resolved.base_url or self._base_url
+        found = self._models[key] = self._client(resolved, base_url, api_key)
+        return found
+
+    def _routers(self) -> dict[str, VariantRouter]:
+        """Each profile's variants (and tiers) as routers; profiles with neither: none."""
+        routers = {}
+        for name, profile in self.config.profiles.items():
+            variants = self._variants(profile)
+            if not variants:
+                continue
+            routers[name] = VariantRouter(
+                name, variants, profile.rollback, on_rollback=self._rolled_back
+            )
+            for variant in variants:
+                if variant.name:
+                    self.telemetry.variant_state(name, variant.name, variant.in_rotation)
+        return routers
+
+    def _variants(self, profile: ProfileConfig) -> list[Variant]:
+        if not profile.variants and profile.tools_model is None:
+            return []
+        default_prompt = {"role": "system", "content": profile.system_prompt}
+        if not profile.variants:
+            models = RunModels(self._model_for(None), self._model_for(profile.tools_model))
+            return [Variant("", 1.0, models, default_prompt)]
+        variants = []
+        for v in profile.variants:
+            tools = v.tools_model if v.tools_model is not None else profile.tools_model
+            models = RunModels(
+                self._model_for(v.model), self._model_for(tools) if tools is not None else None
+            )
+            prompt = (
+                {"role": "system", "content": v.system_prompt}
+                if v.system_prompt is not None
+                else default_prompt
+            )
+            variants.append(Variant(v.name, v.weight, models, prompt))
+        return variants
+
+    def _rolled_back(self, profile: str, variant: str, why: str) -> None:
+        self.telemetry.variant_rolled_back(profile, variant)
+        self.audit.record("variant_rolled_back", "", profile=profile, variant=variant, why=why)
 
     async def _open_state(self, model: Model) -> ContextAssembler:
         """Open the session store and the result cache; build the context assembler."""
@@ -226,7 +311,16 @@ class Sidecar:
         if config.cache.tool_results:
             self.results = ResultCache(max_entries=config.cache.max_entries, shared=shared)
         if any(p.context.memory for p in config.profiles.values()):
-            self.memory = MemoryKeeper(model, store, timeout=config.model.timeout)
+            self.memory = MemoryKeeper(
+                model,
+                store,
+                timeout=config.model.timeout,
+                by_profile={
+                    name: self._model_for(p.context.memory_model)
+                    for name, p in config.profiles.items()
+                    if p.context.memory_model
+                },
+            )
         return ContextAssembler(config.profiles, self.memory)
 
     async def start(self) -> int:
@@ -271,6 +365,7 @@ class Sidecar:
             max_runs=self.config.server.max_concurrent_runs,
             max_sessions=self.config.sessions.max_sessions,
             audit=self.audit,
+            routers=self._routers(),
         )
         self._servicer = AgentServicer(
             self.agent,
@@ -372,6 +467,8 @@ class Sidecar:
             await connection.close()
         if self._model is not None:
             await self._model.close()
+        for other in self._models.values():
+            await other.close()
         if self._simulator is not None:
             await self._simulator.stop()  # type: ignore[attr-defined]
         await self.telemetry.close()

@@ -305,7 +305,8 @@ class AgentServicer:
             run_started=agent_pb2.RunStarted(
                 session_id=turn.session_id,
                 profile=turn.profile.name,
-                model=self._agent.model_name,
+                model=turn.model_name or self._agent.model_name,
+                variant=turn.variant.name if turn.variant is not None else "",
             )
         )
         began = asyncio.Event()

@@ -35,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         parse_config,
         resolve_api_key,
         resolve_postgres_dsn,
-        token_environment,
+        secret_environment,
     )
     from sidecar.errors import ConfigError, TelemetryUnavailable
     from sidecar.redaction import LogRedaction, Redactor
@@ -54,7 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         api_key = resolve_api_key(config.model, os.environ)
         dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
-        tokens = token_environment(config, os.environ)
+        tokens = secret_environment(config, os.environ)
         redactor = Redactor([api_key, dsn_password(dsn), *tokens.values()], config.security.redact)
         for handler in logging.getLogger().handlers:
             handler.addFilter(LogRedaction(redactor))  # no secret in any log line

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sidecar.context.trim import cap
@@ -77,10 +77,19 @@ class MemoryKeeper:
         model: the model that writes summaries.
         store: where memories are kept.
         timeout: seconds one summary call may take.
+        by_profile: the model of a profile that names its own (``context.memory_model``).
     """
 
-    def __init__(self, model: Model, store: MemoryStore, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        model: Model,
+        store: MemoryStore,
+        *,
+        timeout: float = 60.0,
+        by_profile: Mapping[str, Model] | None = None,
+    ) -> None:
         self._model = model
+        self._by_profile = dict(by_profile or {})
         self._store = store
         self._timeout = timeout
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -115,7 +124,8 @@ class MemoryKeeper:
         )
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._model.complete(request)
+                model = self._by_profile.get(session.profile, self._model)
+                response = await model.complete(request)
         except (ModelError, TimeoutError) as exc:
             self.failures += 1
             log.warning("memory of session %s not updated: %s", session.session_id, exc)

@@ -30,6 +30,7 @@ def encode_turn(turn: Turn) -> bytes:
             "end_time": turn.end_time,
             "usage": [u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens],
             "tokens": turn.tokens,
+            "variant": turn.variant,
             "messages": orjson.Fragment(messages),
         }
     )
@@ -65,6 +66,7 @@ def decode_turn(data: bytes) -> Turn:
         usage=Usage(*(_count(c) for c in counts)),
         messages=[m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else [],
         tokens=_count(doc.get("tokens")),
+        variant=_text(doc.get("variant")),
     )
 
 

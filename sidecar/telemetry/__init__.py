@@ -108,6 +108,19 @@ class Telemetry:
 
         return on_error
 
+    def variant_run(self, profile: str, variant: str, outcome: RunOutcome, failed: bool) -> None:
+        """Count a finished run against its model variant (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.variant_run(profile, variant, outcome, failed)
+
+    def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.variant_state(profile, variant, in_rotation)
+
+    def variant_rolled_back(self, profile: str, variant: str) -> None:
+        if self.metrics is not None:
+            self.metrics.variant_rolled_back(profile, variant)
+
     async def close(self) -> None:
         """Stop the metrics endpoint, export the spans still buffered, close the log."""
         if self.metrics is not None:

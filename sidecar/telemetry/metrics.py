@@ -237,6 +237,50 @@ class Metrics:
             ["profile", "stage", "policy"],
             registry=r,
         )
+        self.variant_runs = Counter(
+            "agent_sidecar_variant_runs",
+            "Finished runs per model variant, by outcome: ok or failed (a model error or "
+            "an answer that did not fit its schema).",
+            ["profile", "variant", "outcome"],
+            registry=r,
+        )
+        self.variant_duration = Histogram(
+            "agent_sidecar_variant_run_duration_seconds",
+            "Wall time of a run per model variant.",
+            ["profile", "variant"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.variant_repairs = Counter(
+            "agent_sidecar_variant_repair_rounds",
+            "Malformed tool calls the model was asked to repair, per model variant.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.variant_invalid_answers = Counter(
+            "agent_sidecar_variant_invalid_answers",
+            "Structured answers that did not match the profile's schema, per model variant.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.variant_cost = Counter(
+            "agent_sidecar_variant_cost_usd",
+            "Estimated cost of runs per model variant, in US dollars.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.variant_in_rotation = Gauge(
+            "agent_sidecar_variant_in_rotation",
+            "1 while a model variant takes new sessions, 0 once rolled back.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.variant_rollbacks = Counter(
+            "agent_sidecar_variant_rollbacks",
+            "Automatic rollbacks of canary variants.",
+            ["profile", "variant"],
+            registry=r,
+        )
         self._profiles: dict[str, _ProfileSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
         self._tools: dict[tuple[str, str], _ToolSeries] = {}
@@ -324,6 +368,24 @@ class Metrics:
             run_model.cost.inc(outcome.cost.total_usd)
         if outcome.overruns:
             self._overruns(profile, outcome.overruns)
+
+    def variant_run(self, profile: str, variant: str, outcome: RunOutcome, failed: bool) -> None:
+        """Record a finished run against its model variant."""
+        self.variant_runs.labels(profile, variant, "failed" if failed else "ok").inc()
+        self.variant_duration.labels(profile, variant).observe(outcome.total)
+        if outcome.repairs:
+            self.variant_repairs.labels(profile, variant).inc(outcome.repairs)
+        if outcome.stop_reason is StopReason.INVALID_ANSWER:
+            self.variant_invalid_answers.labels(profile, variant).inc()
+        if outcome.cost is not None:
+            self.variant_cost.labels(profile, variant).inc(outcome.cost.total_usd)
+
+    def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
+        self.variant_in_rotation.labels(profile, variant).set(1 if in_rotation else 0)
+
+    def variant_rolled_back(self, profile: str, variant: str) -> None:
+        self.variant_rollbacks.labels(profile, variant).inc()
+        self.variant_state(profile, variant, False)
 
     def _overruns(self, profile: str, overruns: Iterable[BudgetOverrun]) -> None:
         for o in overruns:

@@ -1098,7 +1098,10 @@ type Turn struct {
 	// When the run ended.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Tokens the turn used.
-	Usage         *TokenUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *TokenUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The profile's model variant the turn ran on; empty when the profile has
+	// no variants. A session stays on its variant from turn to turn.
+	Variant       string `protobuf:"bytes,8,opt,name=variant,proto3" json:"variant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,6 +1183,13 @@ func (x *Turn) GetUsage() *TokenUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *Turn) GetVariant() string {
+	if x != nil {
+		return x.Variant
+	}
+	return ""
 }
 
 // StreamRunRequest starts a run whose events are streamed.
@@ -1464,8 +1474,11 @@ type RunStarted struct {
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The agent profile in force.
 	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
-	// The model the run calls.
-	Model         string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// The model that answers (with tiering, the tool-choosing steps may call
+	// a smaller one; the timeline names each call's model).
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// The profile's model variant the run uses; empty when it has none.
+	Variant       string `protobuf:"bytes,4,opt,name=variant,proto3" json:"variant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1517,6 +1530,13 @@ func (x *RunStarted) GetProfile() string {
 func (x *RunStarted) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *RunStarted) GetVariant() string {
+	if x != nil {
+		return x.Variant
 	}
 	return ""
 }
@@ -2031,8 +2051,10 @@ type RunResult struct {
 	// kept within it. Streaming callers also got each one as a
 	// budget_exceeded event when it happened.
 	BudgetOverruns []*BudgetExceeded `protobuf:"bytes,9,rep,name=budget_overruns,json=budgetOverruns,proto3" json:"budget_overruns,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The profile's model variant the run used; empty when it has none.
+	Variant       string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunResult) Reset() {
@@ -2126,6 +2148,13 @@ func (x *RunResult) GetBudgetOverruns() []*BudgetExceeded {
 		return x.BudgetOverruns
 	}
 	return nil
+}
+
+func (x *RunResult) GetVariant() string {
+	if x != nil {
+		return x.Variant
+	}
+	return ""
 }
 
 // RunError describes a failed run for the calling service.
@@ -2276,7 +2305,10 @@ type Cost struct {
 	PricedAs string `protobuf:"bytes,5,opt,name=priced_as,json=pricedAs,proto3" json:"priced_as,omitempty"`
 	// True when the run used the built-in LLM simulator: the cost is what its
 	// tokens would cost on priced_as, not a charge.
-	Simulated     bool `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	Simulated bool `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	// With tiering (model calls to more than one model): each model's part of
+	// total_usd; priced_as is then empty. Empty for a run on one model.
+	Models        []*ModelCost `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2353,6 +2385,68 @@ func (x *Cost) GetSimulated() bool {
 	return false
 }
 
+func (x *Cost) GetModels() []*ModelCost {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// ModelCost is one model's part of a run's cost.
+type ModelCost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model, as named in the timeline.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// What its calls cost.
+	TotalUsd      float64 `protobuf:"fixed64,2,opt,name=total_usd,json=totalUsd,proto3" json:"total_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCost) Reset() {
+	*x = ModelCost{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCost) ProtoMessage() {}
+
+func (x *ModelCost) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
+func (*ModelCost) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ModelCost) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelCost) GetTotalUsd() float64 {
+	if x != nil {
+		return x.TotalUsd
+	}
+	return 0
+}
+
 // BudgetExceeded says that one stage of a run overran its latency budget.
 type BudgetExceeded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2372,7 +2466,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2478,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2491,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -2450,7 +2544,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2556,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2569,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -2518,7 +2612,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2624,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2637,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -2653,7 +2747,7 @@ type ModelCallTiming struct {
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2759,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2772,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -2773,7 +2867,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2879,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2892,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -2888,7 +2982,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +2994,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3007,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -2953,7 +3047,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3059,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3072,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -2992,7 +3086,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3098,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3111,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3039,7 +3133,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3145,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3158,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3095,7 +3189,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3201,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3214,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3189,7 +3283,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\fmemory_turns\x18\b \x01(\rR\vmemoryTurns\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
 	"\x04Turn\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
@@ -3199,7 +3293,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x121\n" +
-	"\x05usage\x18\a \x01(\v2\x1b.agentsidecar.v1.TokenUsageR\x05usage\"\x85\x01\n" +
+	"\x05usage\x18\a \x01(\v2\x1b.agentsidecar.v1.TokenUsageR\x05usage\x12\x18\n" +
+	"\avariant\x18\b \x01(\tR\avariant\"\x85\x01\n" +
 	"\x10StreamRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3220,13 +3315,14 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\frun_finished\x18\t \x01(\v2\x1a.agentsidecar.v1.RunResultH\x00R\vrunFinished\x12J\n" +
 	"\x0fbudget_exceeded\x18\n" +
 	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceededB\a\n" +
-	"\x05event\"[\n" +
+	"\x05event\"u\n" +
 	"\n" +
 	"RunStarted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x14\n" +
-	"\x05model\x18\x03 \x01(\tR\x05model\"3\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n" +
+	"\avariant\x18\x04 \x01(\tR\avariant\"3\n" +
 	"\tTextDelta\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"y\n" +
@@ -3261,7 +3357,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"outputMode\"X\n" +
 	"\vRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xa6\x03\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xc0\x03\n" +
 	"\tRunResult\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12<\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x1b.agentsidecar.v1.StopReasonR\n" +
@@ -3273,7 +3369,9 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x05steps\x18\a \x01(\rR\x05steps\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\b \x01(\rR\ttoolCalls\x12H\n" +
-	"\x0fbudget_overruns\x18\t \x03(\v2\x1f.agentsidecar.v1.BudgetExceededR\x0ebudgetOverruns\"V\n" +
+	"\x0fbudget_overruns\x18\t \x03(\v2\x1f.agentsidecar.v1.BudgetExceededR\x0ebudgetOverruns\x12\x18\n" +
+	"\avariant\x18\n" +
+	" \x01(\tR\avariant\"V\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -3282,7 +3380,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x04R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x04R\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\"\xd0\x01\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\"\x84\x02\n" +
 	"\x04Cost\x12\x1d\n" +
 	"\n" +
 	"prompt_usd\x18\x01 \x01(\x01R\tpromptUsd\x12%\n" +
@@ -3290,7 +3388,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\ttotal_usd\x18\x03 \x01(\x01R\btotalUsd\x12*\n" +
 	"\x11cached_prompt_usd\x18\x04 \x01(\x01R\x0fcachedPromptUsd\x12\x1b\n" +
 	"\tpriced_as\x18\x05 \x01(\tR\bpricedAs\x12\x1c\n" +
-	"\tsimulated\x18\x06 \x01(\bR\tsimulated\"\xf3\x01\n" +
+	"\tsimulated\x18\x06 \x01(\bR\tsimulated\x122\n" +
+	"\x06models\x18\a \x03(\v2\x1a.agentsidecar.v1.ModelCostR\x06models\">\n" +
+	"\tModelCost\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\ttotal_usd\x18\x02 \x01(\x01R\btotalUsd\"\xf3\x01\n" +
 	"\x0eBudgetExceeded\x122\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x1c.agentsidecar.v1.BudgetStageR\x05stage\x121\n" +
 	"\x06budget\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06budget\x12/\n" +
@@ -3437,7 +3539,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
@@ -3470,33 +3572,34 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(*RunError)(nil),                 // 28: agentsidecar.v1.RunError
 	(*TokenUsage)(nil),               // 29: agentsidecar.v1.TokenUsage
 	(*Cost)(nil),                     // 30: agentsidecar.v1.Cost
-	(*BudgetExceeded)(nil),           // 31: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 32: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 33: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 34: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 35: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 36: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 37: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 38: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 39: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 40: agentsidecar.v1.SessionTool
-	nil,                              // 41: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 42: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 45: agentsidecar.v1.ToolDescriptor
+	(*ModelCost)(nil),                // 31: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 32: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 33: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 34: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 35: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 36: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 37: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 38: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 39: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 40: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 41: agentsidecar.v1.SessionTool
+	nil,                              // 42: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 43: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 46: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	41, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	42, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
 	15, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
 	15, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	42, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	43, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	43, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	43, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	44, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	44, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	16, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	43, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	43, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	44, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	44, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
 	29, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	19, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
@@ -3506,65 +3609,66 @@ var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
 	23, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
 	24, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
 	27, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	31, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	32, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
 	1,  // 20: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	44, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	32, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	45, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	33, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
 	0,  // 23: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	27, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
 	2,  // 25: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
 	28, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
 	29, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
 	30, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	32, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	31, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	3,  // 31: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	44, // 32: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	44, // 33: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 34: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	33, // 35: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	44, // 36: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 37: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	44, // 38: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	44, // 39: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	34, // 40: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	35, // 41: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	44, // 42: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	44, // 43: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	44, // 44: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	44, // 45: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	29, // 46: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	44, // 47: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 48: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	44, // 49: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	44, // 50: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	44, // 51: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	44, // 52: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 53: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	44, // 54: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 55: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	40, // 56: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	45, // 57: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 58: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	9,  // 59: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	11, // 60: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	13, // 61: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	17, // 62: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	25, // 63: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	36, // 64: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	38, // 65: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	10, // 66: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	12, // 67: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	14, // 68: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	18, // 69: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	26, // 70: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	37, // 71: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	39, // 72: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	66, // [66:73] is the sub-list for method output_type
-	59, // [59:66] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	33, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	32, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	31, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	3,  // 32: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	45, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	45, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	4,  // 35: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	34, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	45, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	5,  // 38: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	45, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	45, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	35, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	36, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	45, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	45, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	45, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	45, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	29, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	45, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	1,  // 49: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	45, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	45, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	45, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	45, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	6,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	45, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 56: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	41, // 57: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	46, // 58: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	8,  // 59: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	9,  // 60: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	11, // 61: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	13, // 62: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	17, // 63: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	25, // 64: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	37, // 65: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	39, // 66: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	10, // 67: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	12, // 68: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	14, // 69: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	18, // 70: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	26, // 71: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	38, // 72: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	40, // 73: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	67, // [67:74] is the sub-list for method output_type
+	60, // [60:67] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -3583,7 +3687,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_RunFinished)(nil),
 		(*StreamRunResponse_BudgetExceeded)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[24].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -3593,7 +3697,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

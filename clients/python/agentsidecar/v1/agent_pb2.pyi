@@ -224,7 +224,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., memory: _Optional[str] = ..., memory_turns: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("run_id", "input", "answer", "stop_reason", "start_time", "end_time", "usage")
+    __slots__ = ("run_id", "input", "answer", "stop_reason", "start_time", "end_time", "usage", "variant")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,7 @@ class Turn(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     input: str
     answer: str
@@ -239,7 +240,8 @@ class Turn(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
     usage: TokenUsage
-    def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
+    variant: str
+    def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., variant: _Optional[str] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
     __slots__ = ("session_id", "input", "output_mode")
@@ -276,14 +278,16 @@ class StreamRunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("session_id", "profile", "model")
+    __slots__ = ("session_id", "profile", "model", "variant")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     profile: str
     model: str
-    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    variant: str
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("step", "text")
@@ -364,7 +368,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +378,7 @@ class RunResult(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -383,7 +388,8 @@ class RunResult(_message.Message):
     steps: int
     tool_calls: int
     budget_overruns: _containers.RepeatedCompositeFieldContainer[BudgetExceeded]
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ...) -> None: ...
+    variant: str
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
@@ -406,20 +412,30 @@ class TokenUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class Cost(_message.Message):
-    __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd", "priced_as", "simulated")
+    __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd", "priced_as", "simulated", "models")
     PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_USD_FIELD_NUMBER: _ClassVar[int]
     TOTAL_USD_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_USD_FIELD_NUMBER: _ClassVar[int]
     PRICED_AS_FIELD_NUMBER: _ClassVar[int]
     SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     prompt_usd: float
     completion_usd: float
     total_usd: float
     cached_prompt_usd: float
     priced_as: str
     simulated: bool
-    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ..., cached_prompt_usd: _Optional[float] = ..., priced_as: _Optional[str] = ..., simulated: _Optional[bool] = ...) -> None: ...
+    models: _containers.RepeatedCompositeFieldContainer[ModelCost]
+    def __init__(self, prompt_usd: _Optional[float] = ..., completion_usd: _Optional[float] = ..., total_usd: _Optional[float] = ..., cached_prompt_usd: _Optional[float] = ..., priced_as: _Optional[str] = ..., simulated: _Optional[bool] = ..., models: _Optional[_Iterable[_Union[ModelCost, _Mapping]]] = ...) -> None: ...
+
+class ModelCost(_message.Message):
+    __slots__ = ("model", "total_usd")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_USD_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    total_usd: float
+    def __init__(self, model: _Optional[str] = ..., total_usd: _Optional[float] = ...) -> None: ...
 
 class BudgetExceeded(_message.Message):
     __slots__ = ("stage", "budget", "spent", "policy", "step")

@@ -1,0 +1,291 @@
+"""Model variants and tiering, through real processes against the LLM simulator.
+
+Variants of a profile share its new sessions by weight and a session stays on its
+variant; a canary that fails more, or is slower, than the stable variant is rolled back
+automatically. Tiering sends the tool-choosing steps to a small model and the answer to
+the profile's own, and the timeline and the cost say which model did what.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from sidecar.agent.variants import RunModels, Variant, VariantRouter
+from sidecar.config import RollbackConfig
+from sidecar.testing import ServerProcess
+from tests.support.stack import (
+    SimControl,
+    eventually,
+    scrape,
+    scripted_toolserver,
+    sidecar,
+    sidecar_config,
+    simulator,
+)
+
+MODEL_CALL = agent_pb2.STAGE_KIND_MODEL_CALL
+
+
+def _models(result: agent_pb2.RunResult) -> list[str]:
+    return [s.name for s in result.timeline.stages if s.kind == MODEL_CALL]
+
+
+def _variant(name: str, weight: float, model: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "weight": weight, "model": {"model": model, **extra}}
+
+
+@pytest.fixture(scope="module")
+def tools() -> Iterator[ServerProcess]:
+    with scripted_toolserver() as server:
+        yield server
+
+
+# -- the split and stickiness ---------------------------------------------------------------
+
+
+async def test_sessions_split_between_variants_and_each_stays_on_its_own(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        profiles = {
+            "default": {
+                "variants": [
+                    _variant("stable", 1, "stable-model"),
+                    {**_variant("canary", 1, "canary-model"), "system_prompt": "Be brief."},
+                ]
+            }
+        }
+        config = sidecar_config(
+            sim, [{"name": "scripted", "address": tools.address}], profiles=profiles
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                first: dict[str, str] = {}
+                for _ in range(30):
+                    session = await client.create_session()
+                    events = [e async for e in client.stream(session.session_id, "two reads")]
+                    started, finished = events[0].run_started, events[-1].run_finished
+                    assert started.variant == finished.variant
+                    model = f"{finished.variant}-model"
+                    assert started.model == model and set(_models(finished)) == {model}
+                    first[session.session_id] = finished.variant
+                counts = collections.Counter(first.values())
+                # 30 fair coin flips: each side at least 5 with probability 1 - 3e-4.
+                assert counts["stable"] >= 5 and counts["canary"] >= 5, counts
+                for session_id, variant in list(first.items())[:10]:
+                    result = await client.run(session_id, "two reads", timeout=20)
+                    assert result.result.variant == variant
+                    stored = await client.get_session(session_id)
+                    assert [t.variant for t in stored.turns] == [variant, variant]
+            stats = await SimControl(sim.address).stats()
+            prompts = {r["model"]: r["messages"][0]["content"] for r in stats["recent_requests"]}
+            assert prompts["canary-model"] == "Be brief."
+            assert prompts["stable-model"] != "Be brief."
+
+
+def _router(weights: list[float]) -> VariantRouter:
+    variants = [
+        Variant(f"v{i}", w, RunModels(answer=None), {})  # type: ignore[arg-type]
+        for i, w in enumerate(weights)
+    ]
+    return VariantRouter("p", variants, RollbackConfig(), rng=random.Random(7))
+
+
+@given(st.lists(st.integers(0, 9), min_size=2, max_size=4).filter(lambda ws: sum(ws) > 0))
+def test_new_sessions_follow_the_weights(weights: list[int]) -> None:
+    router = _router([float(w) for w in weights])
+    picks = collections.Counter(router.choose(None).name for _ in range(2000))
+    total = sum(weights)
+    for i, weight in enumerate(weights):
+        share = picks[f"v{i}"] / 2000
+        if weight == 0:
+            assert share == 0
+        else:
+            assert abs(share - weight / total) < 0.06, (weights, picks)
+
+
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=4), st.data())
+def test_a_pinned_session_keeps_its_variant_whatever_the_weights(
+    weights: list[int], data: st.DataObject
+) -> None:
+    router = _router([float(w) for w in weights])
+    pinned = f"v{data.draw(st.integers(0, len(weights) - 1))}"
+    for variant in router.variants.values():
+        variant.weight = float(data.draw(st.integers(0, 9)))  # promotion or demotion
+    assert router.choose(pinned).name == pinned
+
+
+# -- rollback -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("canary_flags", "why"),
+    [(("--fault-rate-500", "1"), "error rate"), (("--ttft-ms", "120"), "P95 latency")],
+)
+async def test_a_canary_that_breaches_its_objective_is_rolled_back(
+    tools: ServerProcess, tmp_path: Path, canary_flags: tuple[str, ...], why: str
+) -> None:
+    with simulator() as sim, simulator(*canary_flags) as slow:
+        audit = tmp_path / "audit.jsonl"
+        profiles = {
+            "default": {
+                "variants": [
+                    _variant("stable", 1, "stable-model"),
+                    _variant(
+                        "canary",
+                        1,
+                        "canary-model",
+                        base_url=f"http://{slow.address}/openai/v1",
+                        retry={"max_attempts": 1},
+                    ),
+                ],
+                "rollback": {"min_runs": 5, "window": 120},
+            }
+        }
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            profiles=profiles,
+            telemetry={"metrics": {"enabled": True, "port": 0}},
+            auth={"audit": {"path": str(audit)}},
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                canary_sessions = []
+                for _ in range(60):
+                    session = await client.create_session()
+                    result = await client.run(session.session_id, "two reads", timeout=20)
+                    if result.result.variant == "canary":
+                        canary_sessions.append(session.session_id)
+                    metrics = await scrape(side)
+                    if not metrics.get(
+                        "agent_sidecar_variant_in_rotation", profile="default", variant="canary"
+                    ):
+                        break
+                else:
+                    pytest.fail("the canary was never rolled back")
+                assert (
+                    metrics.get(
+                        "agent_sidecar_variant_rollbacks_total", profile="default", variant="canary"
+                    )
+                    == 1
+                )
+                # New sessions go to the stable variant only; the canary's sessions move
+                # there on their next turn.
+                for _ in range(8):
+                    session = await client.create_session()
+                    result = await client.run(session.session_id, "two reads", timeout=20)
+                    assert result.result.variant == "stable"
+                moved = await client.run(canary_sessions[-1], "two reads", timeout=20)
+                assert moved.result.variant == "stable"
+                assert moved.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+        lines = [orjson.loads(line) for line in audit.read_bytes().splitlines()]
+        rolled = [ln for ln in lines if ln["event"] == "variant_rolled_back"]
+        assert len(rolled) == 1 and rolled[0]["variant"] == "canary"
+        assert rolled[0]["why"].startswith(why)
+
+
+def test_a_canary_within_its_objective_stays() -> None:
+    router = _router([1.0, 1.0])
+    for _ in range(50):
+        router.record("v0", 0.100, False)
+        router.record("v1", 0.120, False)  # 1.2x, under 1.5x
+    router.record("v1", 0.1, True)  # one failure in 51: 2%, under 5 points more
+    assert router.variants["v1"].rolled_back is None
+
+
+# -- tiering --------------------------------------------------------------------------------
+
+
+async def test_tiering_chooses_tools_with_the_small_model_and_answers_with_the_big_one(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        profiles = {
+            "tiered": {"tools_model": {"model": "small-model"}},
+            "single": {},
+        }
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            profiles=profiles,
+            prices={
+                "simulated-model": {"prompt": 1.0, "completion": 2.0},
+                "small-model": {"prompt": 0.1, "completion": 0.2},
+            },
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                tiered = await client.create_session("tiered")
+                events = [e async for e in client.stream(tiered.session_id, "two reads")]
+                result = events[-1].run_finished
+                assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+                assert result.answer.endswith("done") and result.tool_calls == 2
+                # Step 1: the small model calls the tools. Step 2: it needs none, so the
+                # big model answers.
+                calls = [(s.step, s.name) for s in result.timeline.stages if s.kind == MODEL_CALL]
+                assert calls == [(1, "small-model"), (2, "small-model"), (2, "simulated-model")]
+                deltas = "".join(e.text_delta.text for e in events if e.HasField("text_delta"))
+                assert deltas == result.answer  # only the answer model's text is shown
+                costs = {m.model: m.total_usd for m in result.cost.models}
+                assert set(costs) == {"small-model", "simulated-model"}
+                assert abs(sum(costs.values()) - result.cost.total_usd) < 1e-12
+                assert costs["small-model"] > 0 and result.cost.priced_as == ""
+
+                single = await client.create_session("single")
+                plain = await client.run(single.session_id, "two reads", timeout=20)
+                assert _models(plain.result) == ["simulated-model", "simulated-model"]
+                assert not plain.result.cost.models
+            stats = await SimControl(sim.address).stats()
+            answer = next(
+                r for r in reversed(stats["recent_requests"]) if r["model"] == "simulated-model"
+            )
+            assert answer.get("tool_choice") is None  # the single-model run's last call
+            tiered_answer = [r for r in stats["recent_requests"] if r.get("tool_choice") == "none"]
+            assert tiered_answer and tiered_answer[0]["model"] == "simulated-model"
+            assert tiered_answer[0]["tools"]  # the tools stay in the prompt
+
+
+async def test_memory_summaries_use_the_profiles_memory_model(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        profiles = {
+            "default": {
+                "context": {
+                    "memory": True,
+                    "memory_model": {"model": "summary-model"},
+                    "max_tokens": 600,
+                    "keep_recent_turns": 1,
+                    "drop_batch_turns": 1,
+                }
+            }
+        }
+        config = sidecar_config(
+            sim, [{"name": "scripted", "address": tools.address}], profiles=profiles
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                session = await client.create_session()
+                for i in range(6):
+                    await client.run(session.session_id, f"turn {i} " + "words " * 150, timeout=20)
+
+                async def summarised() -> bool:
+                    stored = await client.get_session(session.session_id)
+                    return bool(stored.memory)
+
+                await eventually(summarised, timeout=15)
+        stats = await SimControl(sim.address).stats()
+        models = {r["model"] for r in stats["recent_requests"]}
+        assert "summary-model" in models and "simulated-model" in models
