@@ -125,6 +125,13 @@ class ToolServerConfig(_Strict):
     """The server's circuit breaker."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
+    version_of: str | None = None
+    """This server is a new version of the named one: it serves that server's tools
+    (its own tool list is not offered under its name), and takes ``weight`` of their
+    calls. Unset: a server of its own."""
+    weight: float = Field(1.0, ge=0)
+    """Its share of the calls to its tools among the versions of one server (the first
+    server and each ``version_of`` it), relative to theirs; reloaded without a restart."""
     tls: ClientTlsConfig | None = None
     """TLS to the server (with ``cert_file``, mutual TLS); unset: plaintext."""
     token_env: str | None = None
@@ -378,6 +385,9 @@ class ServerConfig(_Strict):
     health_port: int | None = Field(None, ge=0, le=65535)
     """A second, plaintext port that serves only ``grpc.health.v1`` (for probes that
     speak no TLS, such as the kubelet's); unset: none."""
+    config_watch_interval: float | None = Field(2.0, gt=0)
+    """Seconds between checks of the configuration file; a changed file is reloaded
+    (as on SIGHUP). ``null``: only SIGHUP reloads."""
 
 
 class MetricsConfig(_Strict):
@@ -614,6 +624,20 @@ class SidecarConfig(_Strict):
         if duplicates:
             raise ValueError(f"tool server names must be unique; repeated: {duplicates}")
         return servers
+
+    @model_validator(mode="after")
+    def _versions_of_servers_that_exist(self) -> SidecarConfig:
+        by_name = {s.name: s for s in self.tool_servers}
+        for server in self.tool_servers:
+            if server.version_of is None:
+                continue
+            target = by_name.get(server.version_of)
+            if target is None or target is server or target.version_of is not None:
+                raise ValueError(
+                    f"tool_servers: {server.name}.version_of must name another tool server "
+                    "that is not itself a version"
+                )
+        return self
 
     @model_validator(mode="after")
     def _shared_cache_needs_a_shared_store(self) -> SidecarConfig:

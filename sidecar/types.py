@@ -291,6 +291,9 @@ class ToolOutcome:
     cache: CacheResult = CacheResult.NONE
     saved: float = 0.0
     """Seconds the cache saved (HIT and SHARED only)."""
+    server: str = ""
+    """The tool server that ran the call (a version of the tool's own, perhaps); empty
+    when none did."""
 
 
 class EventSink(Protocol):

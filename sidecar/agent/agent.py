@@ -153,6 +153,9 @@ class ClaimedTurn:
     """The run's clock, started when the request arrived."""
     variant: Variant | None = None
     """The profile's variant the turn runs on; None: the profile has no variants."""
+    router: VariantRouter | None = None
+    """The router that chose it (the turn's outcome is recorded there, also when a
+    reload has replaced it since)."""
 
     @property
     def model_name(self) -> str:
@@ -502,6 +505,7 @@ class Agent:
             session=session,
             principal=principal,
             variant=variant,
+            router=router,
             profile=profile,
             run_id=uuid.uuid4().hex,
             input=user_input,
@@ -563,6 +567,8 @@ class Agent:
         deadline = time.monotonic() + budget
         session, profile, clock = turn.session, turn.profile, turn.clock
         variant = turn.variant
+        # What a reload may replace is taken once: the run finishes on what it started with.
+        context, prices = self.context, self.prices
         system_message = variant.system_message if variant is not None else profile.system_message
         model_name = turn.model_name or self.model_name
         telemetry = self.telemetry
@@ -602,7 +608,7 @@ class Agent:
         try:
             try:
                 running.in_loop = True
-                window = self.context.window(
+                window = context.window(
                     session,
                     profile.name,
                     system_message,
@@ -651,7 +657,7 @@ class Agent:
             if outcome is not None:
                 record.usage = outcome.usage
                 outcome.variant = record.variant
-                outcome.cost = self.prices.run_cost(model_name, outcome.usage, outcome.stages)
+                outcome.cost = prices.run_cost(model_name, outcome.usage, outcome.stages)
                 self._calibrate(session.session_id, outcome)
             if result is not None:
                 record.messages = result.messages
@@ -660,7 +666,7 @@ class Agent:
                 # The turn must be stored even when the run was cancelled.
                 await asyncio.shield(self.store.finish_turn(session.session_id, record))
                 if window is not None:
-                    self.context.turn_finished(session, profile.name, window)
+                    context.turn_finished(session, profile.name, window)
             finally:
                 self._active -= 1
                 self._admitted -= 1
@@ -687,9 +693,9 @@ class Agent:
                         completion_tokens=record.usage.completion_tokens,
                     )
                 if outcome is not None and variant is not None and variant.name:
-                    router = self.routers[profile.name]
+                    assert turn.router is not None
                     failed = outcome.stop_reason in _FAILED
-                    router.record(variant.name, end, failed)
+                    turn.router.record(variant.name, end, failed)
                     telemetry.variant_run(profile.name, variant.name, outcome, failed)
                 telemetry.run_finished(
                     profile=profile.name,

@@ -73,10 +73,13 @@ class Profile:
     validate_answer: Callable[[Any], Any] | None
     budget: BudgetConfig | None = None
     """The latency budget; None when the profile declares none."""
+    trim: ResultTrimmer | None = None
+    """Cuts each tool result to what enters the model's context."""
 
     @classmethod
     def build(cls, name: str, config: ProfileConfig) -> Profile:
         return cls(
+            trim=ResultTrimmer(config.context.tool_result_max_chars),
             name=name,
             config=config,
             system_message={"role": "system", "content": config.system_prompt},
@@ -113,9 +116,15 @@ class AgentLoop:
         self._connections = connections
         self._dispatcher = Dispatcher(catalog, connections, results, redact)
         self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
-        self._trimmers = {
-            name: ResultTrimmer(p.context.tool_result_max_chars) for name, p in profiles.items()
-        }
+
+    def set_tool_versions(self, versions: Mapping[str, Sequence[tuple[str, float]]]) -> None:
+        """Share each server's calls among its versions by weight (see ``Dispatcher``)."""
+        self._dispatcher.set_versions(versions)
+
+    def set_profiles(self, profiles: Mapping[str, ProfileConfig]) -> None:
+        """Use these profiles for runs that start from now on (a reload); a run in flight
+        keeps the :class:`Profile` it started with."""
+        self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
 
     def unavailable_servers(self) -> frozenset[str]:
         return frozenset(n for n, c in self._connections.items() if not c.available)
@@ -368,7 +377,7 @@ class _Run:
                 approver=self.approver,
                 metadata=self.metadata,
                 trace=self.trace,
-                trim=self.loop._trimmers[self.profile.name],
+                trim=self.profile.trim,
                 on_finished=self.on_tool_call,
             )
             outcomes = await self.loop._dispatcher.run_step(scope, calls, self.early)

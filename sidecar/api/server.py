@@ -20,7 +20,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ from sidecar.config import (
 )
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
-from sidecar.errors import StartupError
+from sidecar.errors import ConfigError, StartupError
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.redaction import Redactor
@@ -98,6 +98,39 @@ def _tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> 
     return None
 
 
+_RELOADABLE = ("profiles", "prices", "auth", "tool_servers")
+"""Top-level sections a reload applies: ``auth`` but its audit path, ``tool_servers``
+their weights only."""
+
+
+def _restart_only_changes(old: SidecarConfig, new: SidecarConfig) -> list[str]:
+    """The settings ``new`` changes that only a restart applies."""
+    changed = [
+        name
+        for name in SidecarConfig.model_fields
+        if name not in _RELOADABLE and getattr(old, name) != getattr(new, name)
+    ]
+    if old.auth.audit != new.auth.audit:
+        changed.append("auth.audit")
+    if [s.model_copy(update={"weight": 0}) for s in old.tool_servers] != [
+        s.model_copy(update={"weight": 0}) for s in new.tool_servers
+    ]:
+        changed.append("tool_servers (other than their weights)")
+    return changed
+
+
+def _tool_versions(config: SidecarConfig) -> dict[str, list[tuple[str, float]]]:
+    """Each tool server that has versions: itself and its versions, with their weights."""
+    versions: dict[str, list[tuple[str, float]]] = {}
+    by_name = {s.name: s for s in config.tool_servers}
+    for server in config.tool_servers:
+        if server.version_of is not None:
+            original = by_name[server.version_of]
+            versions.setdefault(original.name, [(original.name, original.weight)])
+            versions[original.name].append((server.name, server.weight))
+    return versions
+
+
 class Sidecar:
     """Everything one sidecar process runs, started and stopped as a unit.
 
@@ -130,6 +163,7 @@ class Sidecar:
         self._shared_results: PostgresSharedResults | None = None
         self.catalog = ToolCatalog()
         self._catalog_lock = asyncio.Lock()
+        self._version_of = {s.name: s.version_of for s in config.tool_servers if s.version_of}
         self.catalog.set_server_order([s.name for s in config.tool_servers])
         self.connections = {
             s.name: ToolServerConnection(
@@ -160,6 +194,16 @@ class Sidecar:
         self.agent: Agent | None = None
 
     async def _discovered(self, server: str, response: tool_pb2.ListToolsResponse) -> None:
+        version_of = self._version_of.get(server)
+        if version_of is not None:
+            # A version serves its original's tools under their names: it adds none.
+            log.info(
+                "tool server %s (a version of %s): %d tools",
+                server,
+                version_of,
+                len(response.tools),
+            )
+            return
         # Schemas compile off the event loop (bounded in size, no remote references),
         # one server's list at a time.
         async with self._catalog_lock:
@@ -251,13 +295,29 @@ class Sidecar:
         found = self._models[key] = self._client(resolved, base_url, api_key)
         return found
 
-    def _routers(self) -> dict[str, VariantRouter]:
-        """Each profile's variants (and tiers) as routers; profiles with neither: none."""
+    def _routers(
+        self, config: SidecarConfig, previous: SidecarConfig | None = None
+    ) -> dict[str, VariantRouter]:
+        """Each profile's variants (and tiers) as routers; profiles with neither: none.
+
+        On a reload (``previous`` set), a canary rolled back stays rolled back unless the
+        reload changed it (its weight, model or prompt) or its profile's rollback policy.
+        """
         routers = {}
-        for name, profile in self.config.profiles.items():
+        old_routers = self.agent.routers if self.agent is not None and previous else {}
+        for name, profile in config.profiles.items():
             variants = self._variants(profile)
             if not variants:
                 continue
+            old = old_routers.get(name)
+            before = previous.profiles.get(name) if previous is not None else None
+            if old is not None and before is not None and before.rollback == profile.rollback:
+                unchanged = {v.name: v for v in before.variants}
+                for variant, v in zip(variants, profile.variants, strict=False):
+                    kept = old.variants.get(variant.name)
+                    if kept is not None and unchanged.get(variant.name) == v:
+                        variant.rolled_back = kept.rolled_back
+                        variant.samples = kept.samples
             routers[name] = VariantRouter(
                 name, variants, profile.rollback, on_rollback=self._rolled_back
             )
@@ -286,6 +346,62 @@ class Sidecar:
             )
             variants.append(Variant(v.name, v.weight, models, prompt))
         return variants
+
+    async def reload(self, config: SidecarConfig) -> list[str]:
+        """Apply ``config`` to the runs that start from now on; runs in flight finish on
+        what they started with. Profiles (prompts, tool lists, budgets, variants and
+        their weights, tiering), prices and the principals reload; every other section
+        needs a restart.
+
+        Returns:
+            The top-level sections that changed.
+
+        Raises:
+            ConfigError: the new configuration changes a section that needs a restart;
+                nothing was applied.
+            StartupError: a model it names cannot be used (an unset key); nothing was
+                applied.
+        """
+        old = self.config
+        restart = _restart_only_changes(old, config)
+        if restart:
+            raise ConfigError("these settings take effect only at a restart: " + ", ".join(restart))
+        agent, servicer = self.agent, self._servicer
+        assert agent is not None and servicer is not None
+        changed = [
+            section for section in _RELOADABLE if getattr(old, section) != getattr(config, section)
+        ]
+        if not changed:
+            return []
+        # Everything new is built first; only then is anything swapped in.
+        routers = self._routers(config, previous=old)
+        authenticator = Authenticator(config.auth, self._environ)
+        memory = self.memory
+        if memory is not None:
+            memory.set_models(
+                {
+                    name: self._model_for(p.context.memory_model)
+                    for name, p in config.profiles.items()
+                    if p.context.memory_model
+                }
+            )
+        context = ContextAssembler(config.profiles, memory)
+        prices = self._prices(config)
+        agent.loop.set_profiles(config.profiles)
+        agent.loop.set_tool_versions(_tool_versions(config))
+        agent.context, agent.prices, agent.routers = context, prices, routers
+        servicer.authenticator = authenticator
+        self.config = config
+        return changed
+
+    def _prices(self, config: SidecarConfig) -> PriceTable:
+        return PriceTable(
+            config.prices,
+            # The embedded simulator's runs are priced as the configured model would
+            # charge for their tokens, and say so.
+            priced_as=config.model.model if self._simulator is not None else None,
+            simulated=self._simulator is not None,
+        )
 
     def _rolled_back(self, profile: str, variant: str, why: str) -> None:
         self.telemetry.variant_rolled_back(profile, variant)
@@ -343,6 +459,7 @@ class Sidecar:
             self.results,
             redact=self.redact,
         )
+        loop.set_tool_versions(_tool_versions(self.config))
         options = [
             ("grpc.max_send_message_length", self.config.server.max_message_bytes),
             ("grpc.max_receive_message_length", self.config.server.max_message_bytes),
@@ -354,18 +471,12 @@ class Sidecar:
             self.store,
             context=context,
             telemetry=self.telemetry,
-            prices=PriceTable(
-                self.config.prices,
-                # The embedded simulator's runs are priced as the configured model would
-                # charge for their tokens, and say so.
-                priced_as=self.config.model.model if self._simulator is not None else None,
-                simulated=self._simulator is not None,
-            ),
+            prices=self._prices(self.config),
             max_response_bytes=self.config.server.max_message_bytes,
             max_runs=self.config.server.max_concurrent_runs,
             max_sessions=self.config.sessions.max_sessions,
             audit=self.audit,
-            routers=self._routers(),
+            routers=self._routers(self.config),
         )
         self._servicer = AgentServicer(
             self.agent,
@@ -475,6 +586,68 @@ class Sidecar:
         self.audit.close()
 
 
+class ConfigReloader:
+    """Reloads the sidecar's configuration file on SIGHUP and when the file changes.
+
+    A reload that does not validate, or that changes a setting only a restart applies,
+    changes nothing: the sidecar logs why (and audits it) and goes on as it was.
+    """
+
+    def __init__(self, sidecar: Sidecar, path: Path, read: Callable[[], SidecarConfig]) -> None:
+        self._sidecar = sidecar
+        self._path = path
+        self._read = read
+        self._seen = self._stamp()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def _stamp(self) -> tuple[float, int, int] | None:
+        try:
+            stat = self._path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime, stat.st_size, stat.st_ino)
+
+    def watch(self, interval: float) -> None:
+        """Check the file every ``interval`` seconds in the background."""
+        self._task = asyncio.get_running_loop().create_task(self._watch(interval))
+
+    async def _watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            stamp = self._stamp()
+            if stamp is not None and stamp != self._seen:
+                await self.reload("the file changed")
+
+    async def reload(self, why: str) -> bool:
+        """Reload now; True when the new configuration was applied."""
+        async with self._lock:
+            self._seen = self._stamp()
+            sidecar = self._sidecar
+            try:
+                config = self._read()
+                changed = await sidecar.reload(config)
+            except (ConfigError, StartupError) as exc:
+                log.error("configuration not reloaded (%s): %s", why, exc)
+                sidecar.audit.record("config_reload_refused", "", why=why, message=str(exc))
+                sidecar.telemetry.config_reloaded(False)
+                return False
+            if changed:
+                # Loud by default: what the sidecar does just changed.
+                log.warning("configuration reloaded (%s): %s", why, ", ".join(changed))
+                sidecar.audit.record("config_reloaded", "", why=why, sections=changed)
+            else:
+                log.info("configuration reloaded (%s): nothing changed", why)
+            sidecar.telemetry.config_reloaded(True)
+            return True
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 async def serve(
     config: SidecarConfig,
     *,
@@ -482,6 +655,8 @@ async def serve(
     postgres_dsn: str | None = None,
     redactor: Redactor | None = None,
     environ: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+    reread: Callable[[], SidecarConfig] | None = None,
 ) -> None:
     """Run the sidecar until SIGTERM or SIGINT, then drain and return.
 
@@ -492,6 +667,9 @@ async def serve(
         redactor: Redacts secrets; unset: one made of the key, the store's password and
             the configured patterns.
         environ: The environment variables the configuration names for tokens.
+        config_path: The file ``config`` came from: reloaded on SIGHUP and when it
+            changes (``server.config_watch_interval``), with ``reread``.
+        reread: Reads the file again as the command did (with its flags applied).
     """
     sidecar = Sidecar(
         config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor, environ=environ
@@ -511,7 +689,22 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloader = None
+    if config_path is not None and reread is not None:
+        reloader = ConfigReloader(sidecar, Path(config_path), reread)
+        pending: set[asyncio.Task[bool]] = set()
+
+        def on_hangup() -> None:
+            task = loop.create_task(reloader.reload("SIGHUP"))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        if config.server.config_watch_interval is not None:
+            reloader.watch(config.server.config_watch_interval)
     await stop.wait()
+    if reloader is not None:
+        await reloader.close()
     log.info("draining (grace %.1fs)", config.server.grace_period)
     await sidecar.stop()
     log.info("stopped")

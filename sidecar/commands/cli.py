@@ -30,6 +30,7 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.api.server import serve
     from sidecar.config import (
+        SidecarConfig,
         dsn_password,
         load_config,
         parse_config,
@@ -40,15 +41,19 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.errors import ConfigError, TelemetryUnavailable
     from sidecar.redaction import LogRedaction, Redactor
 
-    try:
+    def read() -> SidecarConfig:
         config = load_config(args.config) if args.config else parse_config({})
+        if args.port is not None:
+            config = config.model_copy(
+                update={"server": config.server.model_copy(update={"port": args.port})}
+            )
+        return config
+
+    try:
+        config = read()
     except ConfigError as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2
-    if args.port is not None:
-        config = config.model_copy(
-            update={"server": config.server.model_copy(update={"port": args.port})}
-        )
     from sidecar.errors import SessionStoreError, StartupError
 
     try:
@@ -58,7 +63,17 @@ def _serve(args: argparse.Namespace) -> int:
         redactor = Redactor([api_key, dsn_password(dsn), *tokens.values()], config.security.redact)
         for handler in logging.getLogger().handlers:
             handler.addFilter(LogRedaction(redactor))  # no secret in any log line
-        _run(serve(config, api_key=api_key, postgres_dsn=dsn, redactor=redactor, environ=tokens))
+        _run(
+            serve(
+                config,
+                api_key=api_key,
+                postgres_dsn=dsn,
+                redactor=redactor,
+                environ=tokens,
+                config_path=args.config,
+                reread=read,
+            )
+        )
     except TelemetryUnavailable as exc:
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2

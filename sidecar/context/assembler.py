@@ -27,7 +27,7 @@ class ContextAssembler:
         self.memory = memory
         # Per profile: the tool list object last seen and its prefix's estimated tokens.
         # Tool lists are cached per catalog version, so identity says "unchanged".
-        self._prefix: dict[str, tuple[object, int]] = {}
+        self._prefix: dict[tuple[str, Any], tuple[object, int]] = {}
 
     def window(
         self,
@@ -40,10 +40,11 @@ class ContextAssembler:
     ) -> Window:
         """The history a run of ``session`` sends with ``user_input``; ``scale`` is provider
         tokens per estimated token (see ``sidecar.context.calibration``)."""
-        cached = self._prefix.get(profile)
+        key = (profile, system_message["content"])  # variants may differ in their prompt
+        cached = self._prefix.get(key)
         if cached is None or cached[0] is not tools:
             cached = (tools, tokens_of([system_message, tools]))
-            self._prefix[profile] = cached
+            self._prefix[key] = cached
         return self._policies[profile].build(
             session.turns,
             memory=session.memory,

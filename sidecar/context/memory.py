@@ -97,6 +97,10 @@ class MemoryKeeper:
         self.failures = 0
         self.usage = Usage()
 
+    def set_models(self, by_profile: Mapping[str, Model]) -> None:
+        """Use these per-profile models for summaries from now on (a reload)."""
+        self._by_profile = dict(by_profile)
+
     def schedule(self, session: Session, turns: tuple[int, int], max_chars: int) -> None:
         """Fold ``session.turns[start:end]`` into its memory, in the background."""
         if session.session_id in self._tasks:

@@ -117,6 +117,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.variant_state(profile, variant, in_rotation)
 
+    def config_reloaded(self, applied: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.config_reloads.labels("applied" if applied else "refused").inc()
+
     def variant_rolled_back(self, profile: str, variant: str) -> None:
         if self.metrics is not None:
             self.metrics.variant_rolled_back(profile, variant)

@@ -281,6 +281,12 @@ class Metrics:
             ["profile", "variant"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "agent_sidecar_config_reloads",
+            "Configuration reloads (SIGHUP or a changed file), by result: applied or refused.",
+            ["result"],
+            registry=r,
+        )
         self._profiles: dict[str, _ProfileSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
         self._tools: dict[tuple[str, str], _ToolSeries] = {}

@@ -418,10 +418,11 @@ class ToolCatalog:
     ) -> list[dict[str, Any]]:
         """The tool list the model sees: allowed by the profile, on an available server.
 
-        Cached per (catalog version, profile, unavailable servers): the same list object,
-        so its serialization is byte-identical across turns.
+        Cached per (catalog version, allowed tools, unavailable servers): the same list
+        object, so its serialization is byte-identical across turns (and a reloaded
+        profile's new tool list is a new key).
         """
-        key = (self.version, profile, unavailable_servers)
+        key = (self.version, allowed, unavailable_servers)
         cached = self._definitions.get(key)
         if cached is None:
             cached = [

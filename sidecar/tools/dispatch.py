@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -231,6 +232,33 @@ class Dispatcher:
         self._connections = connections
         self.results = results
         self._redact = redact
+        self._versions: dict[str, list[tuple[str, float]]] = {}
+        self._pick = random.Random()
+
+    def set_versions(self, versions: Mapping[str, Sequence[tuple[str, float]]]) -> None:
+        """Share the calls to a server's tools among its versions: for each server, the
+        servers (itself first) and their weights. A server not named keeps its calls."""
+        self._versions = {k: list(v) for k, v in versions.items()}
+
+    def _connection(self, server: str) -> ToolServerConnection:
+        """The connection a call to ``server``'s tool goes to: by weight among its
+        versions that are available now; the server itself when none is."""
+        versions = self._versions.get(server)
+        if versions is None:
+            return self._connections[server]
+        candidates = [
+            (name, weight)
+            for name, weight in versions
+            if weight > 0 and self._connections[name].available
+        ]
+        if not candidates:
+            return self._connections[server]
+        point = self._pick.random() * sum(w for _, w in candidates)
+        for name, weight in candidates:
+            point -= weight
+            if point < 0:
+                return self._connections[name]
+        return self._connections[candidates[-1][0]]
 
     async def run_step(
         self, scope: StepScope, calls: Sequence[ToolCall], early: EarlyCalls | None = None
@@ -286,7 +314,8 @@ class Dispatcher:
                     sink.tool_call_finished(scope.step, outcome)
                 if scope.on_finished is not None:
                     tool = item.tool
-                    scope.on_finished(item.call, tool.server if tool is not None else None, outcome)
+                    server = outcome.server or (tool.server if tool is not None else None)
+                    scope.on_finished(item.call, server, outcome)
             finally:
                 done[i].set()
                 if span is not None:
@@ -358,7 +387,7 @@ class Dispatcher:
         if scope.sink is not None:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
         attempt = _Attempt(
-            self._connections[tool.server], tool, call, scope.deadline, metadata, self._redact
+            self._connection(tool.server), tool, call, scope.deadline, metadata, self._redact
         )
         try:
             result = await attempt.run()
@@ -509,6 +538,7 @@ class _Attempt:
             backoff=self.tries.backoff,
             breaker_rejected=breaker_rejected,
             time_allowed=self.allowed,
+            server=self._connection.name,
         )
 
 
