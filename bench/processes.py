@@ -92,11 +92,12 @@ def sidecar(
     server: dict[str, Any] | None = None,
     tool_server: dict[str, Any] | None = None,
     auth: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> ServerProcess:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
     gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
-    ``env`` adds to its environment; ``server``, ``auth`` and ``tool_server`` (merged
-    into every tool server's entry) add configuration."""
+    ``env`` adds to its environment; ``server``, ``auth``, ``model`` and ``tool_server``
+    (merged into every tool server's entry) add configuration."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -116,6 +117,8 @@ def sidecar(
         }
         if server is not None:
             config["server"].update(server)
+        if model is not None:
+            config["model"].update(model)
         if auth is not None:
             config["auth"] = auth
         if profiles is not None:

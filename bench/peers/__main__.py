@@ -291,6 +291,37 @@ async def _early_dispatch(address: str, runs: int) -> dict[str, list[float]]:
     return samples
 
 
+TIER_BIG = "llama-3.3-70b-versatile"
+TIER_SMALL = "llama-3.1-8b-instant"
+TIER_BIG_TTFT_MS, TIER_SMALL_TTFT_MS = 120, 30
+
+
+async def _tiering(address: str, runs: int) -> dict[str, dict[str, list[float]]]:
+    """The workload on one model for every step (``single``), and tiered (``tiered``:
+    the small model chooses the tools, the big one answers): latency at the client and
+    cost per run at Groq's list prices, runs interleaved."""
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"latency_ms": [], "cost_usd": [], "model_calls": []} for name in ("single", "tiered")
+    }
+    async with AgentClient(address) as client:
+        await client.wait_ready()
+        for _ in range(runs):
+            for name in ("single", "tiered"):
+                session = await client.create_session(name)
+                start = time.perf_counter()
+                response = await client.run(session.session_id, PROMPT, timeout=30)
+                samples[name]["latency_ms"].append((time.perf_counter() - start) * 1000)
+                result = response.result
+                if result.tool_calls != 3 or result.stop_reason != agent_pb2.STOP_REASON_ANSWERED:
+                    raise RuntimeError(f"unexpected run: {result}")
+                samples[name]["cost_usd"].append(result.cost.total_usd)
+                calls = [
+                    s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL
+                ]
+                samples[name]["model_calls"].append(float(len(calls)))
+    return samples
+
+
 async def _wakeup(sim: str, runs: int) -> dict[str, list[float]]:
     """A zero-latency simulator round trip back to back, and after 50 ms asleep: what
     waking a sleeping process costs on this machine, paid by every contender."""
@@ -418,6 +449,24 @@ def main() -> None:
         stream_side = processes.sidecar(stream_sim, [], workdir)
         early_sim = processes.simulator("--ttft-ms", "50", "--token-ms", str(EARLY_TOKEN_MS))
         early_shop = processes.shop(REALISTIC.tool_ms)
+        big_sim = processes.simulator("--ttft-ms", str(TIER_BIG_TTFT_MS))
+        small_sim = processes.simulator("--ttft-ms", str(TIER_SMALL_TTFT_MS))
+        tier_shop = processes.shop(REALISTIC.tool_ms)
+        tier_side = processes.sidecar(
+            big_sim,
+            [("shop", tier_shop)],
+            workdir,
+            model={"model": TIER_BIG},
+            profiles={
+                "single": {},
+                "tiered": {
+                    "tools_model": {
+                        "model": TIER_SMALL,
+                        "base_url": f"http://{small_sim.address}/openai/v1",
+                    }
+                },
+            },
+        )
         early_side = processes.sidecar(
             early_sim,
             [("shop", early_shop)],
@@ -441,8 +490,22 @@ def main() -> None:
                 _early_dispatch(early_side.address, 10 if args.quick else 30 * args.repeats // 3)
             )
             print("early dispatch: done", flush=True)
+            results["tiering"] = asyncio.run(
+                _tiering(tier_side.address, 10 if args.quick else 30 * args.repeats // 3)
+            )
+            results["tiering_setup"] = {
+                "big": TIER_BIG,
+                "small": TIER_SMALL,
+                "big_ttft_ms": TIER_BIG_TTFT_MS,
+                "small_ttft_ms": TIER_SMALL_TTFT_MS,
+            }
+            print("tiering: done", flush=True)
         finally:
             for server in (
+                tier_side,
+                tier_shop,
+                big_sim,
+                small_sim,
                 side,
                 tools,
                 sim,

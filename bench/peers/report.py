@@ -367,6 +367,7 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
             "",
             f"Saved per run at the median: {off - on:.1f} ms.",
         ]
+    out += _tiering(results)
     out += [
         "",
         f"Sidecar peak RSS during the run: {results.get('sidecar_peak_rss_mib', 0):.0f} MiB.",
@@ -383,6 +384,42 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
         "",
     ]
     doc.write_text("\n".join(out) + _profile_notes(doc))
+
+
+def _tiering(results: dict[str, Any]) -> list[str]:
+    tiering, setup = results.get("tiering"), results.get("tiering_setup")
+    if not tiering or not setup:
+        return []
+    single, tiered = tiering["single"], tiering["tiered"]
+    cost_ratio = median(single["cost_usd"]) / max(median(tiered["cost_usd"]), 1e-12)
+    out = [
+        "",
+        "## Tiering: a small model for the tool steps",
+        "",
+        f"The workload on one model (`{setup['big']}`, {setup['big_ttft_ms']} ms to the "
+        f"first token) for every step, and tiered: `{setup['small']}` "
+        f"({setup['small_ttft_ms']} ms) chooses the tools and, once it needs no more, "
+        f"`{setup['big']}` writes the answer (`profiles.NAME.tools_model`). Latency at "
+        "the client; cost per run at Groq's list prices, from each run's `RunResult.cost`. "
+        "Same sidecar, two profiles, runs interleaved.",
+        "",
+        "| profile | model calls | P50 (ms) | P99 (ms) | cost per run (USD) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, samples in (("one model", single), ("tiered", tiered)):
+        out.append(
+            f"| {name} | {median(samples['model_calls']):.0f} | "
+            f"{median(samples['latency_ms']):.1f} | {percentile(samples['latency_ms'], 99):.1f} | "
+            f"{median(samples['cost_usd']):.6f} |"
+        )
+    out += [
+        "",
+        f"The tiered run makes one model call more (the small model's last step, whose "
+        f"text is dropped) and costs {cost_ratio:.1f}x less; its latency is the sum of its "
+        "calls' latencies, so it gains when the small model is faster by more than the "
+        "answer call it adds.",
+    ]
+    return out
 
 
 _PARTS = {
