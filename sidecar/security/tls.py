@@ -35,20 +35,19 @@ def server_credentials(config: ServerTlsConfig) -> grpc.ServerCredentials:
 
 
 def channel_credentials(
-    what: str, config: ClientTlsConfig | None, token: str | None
+    what: str, config: ClientTlsConfig | None
 ) -> grpc.ChannelCredentials | None:
-    """Credentials for a channel the sidecar dials (``what`` names it in errors).
+    """TLS credentials for a channel the sidecar dials (``what`` names it in errors);
+    None for plaintext.
 
     Raises:
         StartupError: a file cannot be read.
     """
+    if config is None:
+        return None
     try:
         return _channel_credentials(
-            tls=config is not None,
-            ca_file=config.ca_file if config else None,
-            cert_file=config.cert_file if config else None,
-            key_file=config.key_file if config else None,
-            token=token,
+            tls=True, ca_file=config.ca_file, cert_file=config.cert_file, key_file=config.key_file
         )
     except TlsFileError as exc:
         raise StartupError(f"{what}: {exc}") from None

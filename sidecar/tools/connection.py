@@ -7,7 +7,9 @@ out of the list the model sees.
 
 With ``tls`` the channel dials TLS (mutual TLS with a certificate); when the certificate,
 key or CA files change, a new channel takes the new calls and the old one closes once
-its calls have ended. A token travels as ``authorization: Bearer …`` on every call.
+its calls have ended. A token travels as ``authorization: Bearer …`` metadata on every
+call, added to the call itself: grpc's call credentials would run a Python plugin on a
+thread of their own for each call.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ class ToolServerConnection:
         StartupError: a TLS file cannot be read."""
         self.config = config
         self.name = config.name
-        self._token = token
+        self.metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        """Sent with every call (the token)."""
         self._options: list[tuple[str, int | str]] = [
             *_CHANNEL_OPTIONS,
             # No more often than a server that sets nothing accepts (gRPC's default: one
@@ -91,7 +96,7 @@ class ToolServerConnection:
 
     def _dial(self) -> None:
         config = self.config
-        credentials = channel_credentials(f"tool server {self.name}", config.tls, self._token)
+        credentials = channel_credentials(f"tool server {self.name}", config.tls)
         if credentials is None:
             channel = grpc.aio.insecure_channel(config.address, options=self._options)
         else:
@@ -142,7 +147,9 @@ class ToolServerConnection:
     async def discover(self, timeout: float) -> bool:
         """List the server's tools and hand them to the discovery listener."""
         try:
-            response = await self.stub.ListTools(tool_pb2.ListToolsRequest(), timeout=timeout)
+            response = await self.stub.ListTools(
+                tool_pb2.ListToolsRequest(), timeout=timeout, metadata=self.metadata or None
+            )
         except grpc.aio.AioRpcError as exc:
             log.warning("tool server %s: ListTools failed: %s", self.name, exc.code().name)
             return False

@@ -596,6 +596,8 @@ async def _call(
     breaker = connection.breaker
     permit = breaker.admit()
     try:
+        if connection.metadata:
+            metadata = (*metadata, *connection.metadata)
         response = await connection.stub.CallTool(
             request, timeout=timeout, metadata=metadata or None
         )

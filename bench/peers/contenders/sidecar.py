@@ -64,6 +64,10 @@ class Contender:
             )
         return stub
 
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """Sent with every call (a caller's token, for a sidecar that wants one)."""
+        return ()
+
     def take_breakdowns(self) -> list[dict[str, float]]:
         """Where each run since the last call spent its overhead (see :func:`breakdown`)."""
         runs, self._runs = self._runs, []
@@ -73,14 +77,18 @@ class Contender:
         stub = self._stub(target)
         self._sessions.clear()
         for _ in range(runs):
-            response = await stub.CreateSession(agent_pb2.CreateSessionRequest(), timeout=10)
+            response = await stub.CreateSession(
+                agent_pb2.CreateSessionRequest(), timeout=10, metadata=self._metadata() or None
+            )
             self._sessions.append(response.session.session_id)
 
     async def run_once(self, mode: Mode, target: str) -> None:
         session_id = self._sessions.popleft()
         started = time.perf_counter()
         response = await self._stub(target).Run(
-            agent_pb2.RunRequest(session_id=session_id, input=PROMPT), timeout=60
+            agent_pb2.RunRequest(session_id=session_id, input=PROMPT),
+            timeout=60,
+            metadata=self._metadata() or None,
         )
         latency_ms = (time.perf_counter() - started) * 1000
         self._runs.append((response.result.timeline, latency_ms, mode))

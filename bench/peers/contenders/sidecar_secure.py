@@ -19,12 +19,13 @@ class Contender(sidecar.Contender):
     def _stub(self, target: str) -> agent_pb2_grpc.AgentServiceStub:
         stub = self._stubs.get(target)
         if stub is None:
-            credentials = channel_credentials(
-                tls=True, ca_file=os.environ["BENCH_CA_FILE"], token=os.environ["BENCH_TOKEN"]
-            )
+            credentials = channel_credentials(tls=True, ca_file=os.environ["BENCH_CA_FILE"])
             assert credentials is not None
             options = [("grpc.ssl_target_name_override", os.environ["BENCH_SERVER_NAME"])]
             stub = self._stubs[target] = agent_pb2_grpc.AgentServiceStub(
                 grpc.aio.secure_channel(target, credentials, options=options)
             )
         return stub
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {os.environ['BENCH_TOKEN']}"),)

@@ -30,6 +30,11 @@ from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 __all__ = ["AgentClient"]
 
 
+def _loopback(target: str) -> bool:
+    host = target.rsplit(":", 1)[0].strip("[]") if not target.startswith("unix:") else "unix"
+    return host in ("localhost", "::1", "unix") or host.startswith("127.")
+
+
 class AgentClient:
     """An async connection to one sidecar. Use it as ``async with``."""
 
@@ -57,16 +62,23 @@ class AgentClient:
             key_file: Its private key.
             server_name: The name to check the sidecar's certificate against; unset:
                 the target's host.
-            token: The principal's bearer token, sent on every call (over plaintext to
-                loopback only).
+            token: The principal's bearer token, sent as metadata on every call (over
+                plaintext to loopback only).
 
         Raises:
             agentsidecar.tls.TlsFileError: a PEM file cannot be read.
         """
         self._owns_channel = channel is None
+        # The token goes with each call: as call credentials, grpc would run a Python
+        # plugin on a thread of its own for every call.
+        self._auth: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        if token and not tls and channel is None and not _loopback(target):
+            raise ValueError("a token travels only over TLS, or in plaintext to loopback")
         if channel is None:
             credentials = channel_credentials(
-                tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file, token=token
+                tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file
             )
             options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
             channel = (
@@ -124,7 +136,7 @@ class AgentClient:
             profile=profile, session_id=session_id, labels=dict(labels or {})
         )
         response: agent_pb2.CreateSessionResponse = await self.stub.CreateSession(
-            request, timeout=timeout
+            request, timeout=timeout, metadata=self._auth or None
         )
         return response.session
 
@@ -132,13 +144,17 @@ class AgentClient:
         self, session_id: str, *, timeout: float | None = 10.0
     ) -> agent_pb2.Session:
         response: agent_pb2.GetSessionResponse = await self.stub.GetSession(
-            agent_pb2.GetSessionRequest(session_id=session_id), timeout=timeout
+            agent_pb2.GetSessionRequest(session_id=session_id),
+            timeout=timeout,
+            metadata=self._auth or None,
         )
         return response.session
 
     async def delete_session(self, session_id: str, *, timeout: float | None = 10.0) -> bool:
         response: agent_pb2.DeleteSessionResponse = await self.stub.DeleteSession(
-            agent_pb2.DeleteSessionRequest(session_id=session_id), timeout=timeout
+            agent_pb2.DeleteSessionRequest(session_id=session_id),
+            timeout=timeout,
+            metadata=self._auth or None,
         )
         return response.deleted
 
@@ -163,7 +179,7 @@ class AgentClient:
         call = self.stub.StreamRun(
             agent_pb2.StreamRunRequest(session_id=session_id, input=user_input, output_mode=mode),
             timeout=timeout,
-            metadata=tuple(metadata) or None,
+            metadata=(*self._auth, *metadata) or None,
         )
         try:
             async for event in call:
@@ -182,7 +198,7 @@ class AgentClient:
         """Run a turn and return only its result; ``metadata`` as for :meth:`stream`."""
         request = agent_pb2.RunRequest(session_id=session_id, input=user_input)
         response: agent_pb2.RunResponse = await self.stub.Run(
-            request, timeout=timeout, metadata=tuple(metadata) or None
+            request, timeout=timeout, metadata=(*self._auth, *metadata) or None
         )
         return response
 
@@ -204,12 +220,15 @@ class AgentClient:
                 session_id=session_id, call_id=call_id, decision=decision, reason=reason
             ),
             timeout=timeout,
+            metadata=self._auth or None,
         )
 
     async def list_tools(
         self, session_id: str, *, timeout: float | None = 10.0
     ) -> list[agent_pb2.SessionTool]:
         response = await self.stub.ListSessionTools(
-            agent_pb2.ListSessionToolsRequest(session_id=session_id), timeout=timeout
+            agent_pb2.ListSessionToolsRequest(session_id=session_id),
+            timeout=timeout,
+            metadata=self._auth or None,
         )
         return list(response.tools)
