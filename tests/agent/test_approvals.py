@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -199,6 +199,8 @@ def test_deleting_a_session_while_its_approved_call_runs_stops_it_before_returni
     )
     for event in stream:
         if event.WhichOneof("event") == "tool_call_started":
+            # tool_call_started is sent as the call leaves; delete once it has arrived.
+            wait_for_stat(stack["tools"], lambda stats: stats["calls"].get("hang", 0) >= 1)
             assert stub.DeleteSession(
                 agent_pb2.DeleteSessionRequest(session_id=session), timeout=10
             ).deleted
@@ -206,16 +208,20 @@ def test_deleting_a_session_while_its_approved_call_runs_stops_it_before_returni
     # The stream has ended: the run had unwound when the delete returned.
     assert last.WhichOneof("event") == "run_finished"
     assert last.run_finished.stop_reason == agent_pb2.STOP_REASON_CANCELLED
-    assert hang_cancelled(stack["tools"]) >= 1  # the tool server saw its call cancelled
+    # The tool server saw its call cancelled.
+    assert wait_for_stat(stack["tools"], lambda stats: stats["cancelled"] >= 1)
 
 
-def hang_cancelled(tools: tool_pb2_grpc.ToolServiceStub) -> int:
-    """How many hang calls the tool server saw cancelled (its cancel arrives on its own
-    connection, so this waits for it, bounded)."""
+def wait_for_stat(
+    tools: tool_pb2_grpc.ToolServiceStub, condition: Callable[[dict[str, Any]], bool]
+) -> bool:
+    """Whether the tool server's stats meet ``condition`` within 10 s (what it sees arrives
+    on its own connection, so this polls it, bounded)."""
     deadline = time.monotonic() + 10
     while True:
         stats = tools.CallTool(tool_pb2.CallToolRequest(tool_name="stats"), timeout=5)
-        cancelled = int(orjson.loads(stats.result.output)["cancelled"])
-        if cancelled or time.monotonic() > deadline:
-            return cancelled
+        if condition(orjson.loads(stats.result.output)):
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.02)
