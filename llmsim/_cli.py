@@ -63,9 +63,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ratelimit-tokens", type=int, default=50_000_000, help="tokens per 60 s window"
     )
     parser.add_argument(
+        "--ratelimit-window-s",
+        type=_positive,
+        default=60.0,
+        help="length of the rate-limit windows in seconds (default %(default)s)",
+    )
+    parser.add_argument(
         "--enforce-ratelimits",
         action="store_true",
         help="answer 429 once a window's budget is spent (default: report only)",
+    )
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="the key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by these CAs (mutual TLS)",
     )
 
 
@@ -88,7 +101,11 @@ def options_from_args(args: argparse.Namespace) -> SimulatorOptions:
         hang_cap_s=args.hang_cap_s,
         ratelimit_requests=args.ratelimit_requests,
         ratelimit_tokens=args.ratelimit_tokens,
+        ratelimit_window_s=args.ratelimit_window_s,
         enforce_ratelimits=args.enforce_ratelimits,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
     )
 
 
@@ -155,6 +172,13 @@ def _non_negative(text: str) -> float:
     value = float(text)
     if value < 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 

@@ -51,6 +51,8 @@ class Fault:
         repeat: how many times a ``raw`` fault writes ``frames`` (a large answer from a
             small fault).
         then: frames a ``raw`` fault writes once, after the repeated ones.
+        encoding: ``"gzip"``: a ``raw`` fault's body or frames go out gzip-compressed with
+            ``Content-Encoding: gzip``, asked for or not; ``None`` sends them as they are.
     """
 
     kind: FaultKind
@@ -64,6 +66,7 @@ class Fault:
     headers: tuple[tuple[str, str], ...] = ()
     repeat: int = 1
     then: tuple[str, ...] = ()
+    encoding: Literal["gzip"] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form accepted by :func:`parse_fault`."""
@@ -79,6 +82,8 @@ class Fault:
             out.update(status=self.status, body=self.body, frames=list(self.frames))
             out.update(repeat=self.repeat, then=list(self.then))
             out["headers"] = dict(self.headers)
+            if self.encoding is not None:
+                out["encoding"] = self.encoding
         return out
 
 
@@ -93,7 +98,7 @@ def parse_fault(data: object) -> Fault:
     if not isinstance(data, Mapping):
         raise FaultSpecError(f"a fault must be an object, got {type(data).__name__}")
     fields = {"kind", "times", "status", "retry_after", "message", "hang_s"}
-    unknown = set(data) - fields - {"body", "frames", "headers", "repeat", "then"}
+    unknown = set(data) - fields - {"body", "frames", "headers", "repeat", "then", "encoding"}
     if unknown:
         raise FaultSpecError(f"unknown fault field(s): {', '.join(sorted(map(str, unknown)))}")
     kind = data.get("kind")
@@ -103,7 +108,9 @@ def parse_fault(data: object) -> Fault:
     if kind == "raw":
         return _raw(data, times)
     if set(data) - fields:
-        raise FaultSpecError("body, frames, headers, repeat and then belong to raw faults")
+        raise FaultSpecError(
+            "body, frames, headers, repeat, then and encoding belong to raw faults"
+        )
     status = _integer(data.get("status", 500), "status", low=400, high=599)
     retry_raw = data.get("retry_after", _UNSET)
     if retry_raw is _UNSET:
@@ -137,6 +144,9 @@ def _raw(data: Mapping[str, Any], times: int) -> Fault:
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise FaultSpecError("a raw fault's 'headers' must map strings to strings")
+    encoding = data.get("encoding")
+    if encoding not in (None, "gzip"):
+        raise FaultSpecError("a raw fault's 'encoding' must be \"gzip\" or absent")
     return Fault(
         "raw",
         times,
@@ -146,6 +156,7 @@ def _raw(data: Mapping[str, Any], times: int) -> Fault:
         headers=tuple(headers.items()),
         repeat=repeat,
         then=tuple(then),
+        encoding=encoding,
     )
 
 

@@ -63,6 +63,21 @@ class SimulatorOptions:
     ratelimit_tokens: int = 50_000_000
     """Tokens per 60 s window reported in ``x-ratelimit-limit-tokens``. Default 50 000 000."""
 
+    ratelimit_window_s: float = 60.0
+    """Length of the request and token budget windows, in seconds. Default 60, as the
+    per-minute limits of Groq; shorter windows make pacing observable in a test."""
+
     enforce_ratelimits: bool = False
     """Answer 429 (with ``retry-after``) once a window's budget is spent. Default off: the
     headers only report, so pacing logic can be observed without being forced."""
+
+    tls_cert: str | None = None
+    """PEM certificate chain to serve HTTPS with (its key in ``tls_key``, or in the same
+    file); ``None`` (default) serves plain HTTP."""
+
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
+
+    tls_client_ca: str | None = None
+    """PEM CA bundle client certificates must be signed by: set, a client without such a
+    certificate cannot connect (mutual TLS). ``None`` (default) asks for none."""

@@ -1,4 +1,4 @@
-"""Groq-style ``x-ratelimit-*`` headers from fixed 60-second budget windows."""
+"""Groq-style ``x-ratelimit-*`` headers from fixed budget windows (60 s by default)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 WINDOW_S = 60.0
-"""Length of the request and token budget windows."""
+"""Default length of the request and token budget windows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +26,9 @@ class Budget:
 class RateLimits:
     """Counts requests and tokens per window and renders the headers."""
 
-    def __init__(self, limit_requests: int, limit_tokens: int) -> None:
+    def __init__(self, limit_requests: int, limit_tokens: int, window_s: float = WINDOW_S) -> None:
         self._limits = (limit_requests, limit_tokens)
+        self._window = window_s
         self._fixed = {
             "x-ratelimit-limit-requests": str(limit_requests),
             "x-ratelimit-limit-tokens": str(limit_tokens),
@@ -43,7 +44,7 @@ class RateLimits:
     def admit(self, tokens: int) -> Budget:
         """Count one request of ``tokens`` estimated tokens."""
         now = time.monotonic()
-        if now - self._window_start >= WINDOW_S:
+        if now - self._window_start >= self._window:
             self._window_start = now
             self._requests = 0
             self._tokens = 0
@@ -52,7 +53,7 @@ class RateLimits:
         return Budget(
             self._limits[0] - self._requests,
             self._limits[1] - self._tokens,
-            WINDOW_S - (now - self._window_start),
+            self._window - (now - self._window_start),
         )
 
     def headers(self, budget: Budget) -> dict[str, str]:

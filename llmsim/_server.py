@@ -12,7 +12,9 @@ import hashlib
 import logging
 import math
 import random
+import ssl
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -56,6 +58,7 @@ MODELS: Final = ("llama-3.3-70b-versatile", "llama-3.1-8b-instant", "openai/gpt-
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+_MAX_PEERS = 100_000  # connections counted at most (the count stops there)
 RECENT_REQUESTS = 32
 """Request bodies kept for ``GET /sim/stats`` (``recent_requests``), newest last."""
 
@@ -65,15 +68,21 @@ class _Stats:
 
     __slots__ = (
         "by_status",
+        "connections",
+        "last_client_cert",
         "last_headers",
         "last_request",
         "recent_requests",
         "requests",
+        "seen",
         "streamed",
     )
 
     def __init__(self) -> None:
         self.last_headers: dict[str, str] = {}
+        self.last_client_cert: str | None = None
+        self.connections = 0
+        self.seen: set[Any] = set()  # client addresses seen: one per connection
         self.requests = 0
         self.streamed = 0
         self.by_status: Counter[str] = Counter()
@@ -102,7 +111,9 @@ class LLMSimulator:
             rng=self._rng,
         )
         self._step_faults = OnceGate()
-        self._limits = RateLimits(opts.ratelimit_requests, opts.ratelimit_tokens)
+        self._limits = RateLimits(
+            opts.ratelimit_requests, opts.ratelimit_tokens, opts.ratelimit_window_s
+        )
         self._prompt_cache = PromptCache()
         self._stats = _Stats()
         self._closing = asyncio.Event()
@@ -129,7 +140,7 @@ class LLMSimulator:
         )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, host, port, backlog=1024)
+            site = web.TCPSite(runner, host, port, backlog=1024, ssl_context=self._tls())
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -139,6 +150,17 @@ class LLMSimulator:
         self._port = int(runner.addresses[0][1])
         logger.info("LLM simulator (not a model) listening on %s:%d", host, self._port)
         return self._port
+
+    def _tls(self) -> ssl.SSLContext | None:
+        opts = self._options
+        if opts.tls_cert is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(opts.tls_cert, opts.tls_key)
+        if opts.tls_client_ca is not None:
+            context.load_verify_locations(opts.tls_client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
 
     async def stop(self) -> None:
         """Stop listening; requests held by ``hang`` faults are released first."""
@@ -162,11 +184,13 @@ class LLMSimulator:
 
     @property
     def base_url(self) -> str:
-        """The OpenAI-compatible base URL, e.g. ``http://127.0.0.1:PORT/openai/v1``."""
+        """The OpenAI-compatible base URL, e.g. ``http://127.0.0.1:PORT/openai/v1``
+        (``https`` when serving TLS)."""
         host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self._host, self._host)
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self._port}/openai/v1"
+        scheme = "https" if self._options.tls_cert is not None else "http"
+        return f"{scheme}://{host}:{self._port}/openai/v1"
 
     # -- control, in process -----------------------------------------------------------
 
@@ -187,11 +211,13 @@ class LLMSimulator:
         stats = self._stats
         return {
             "requests": stats.requests,
+            "connections": stats.connections,
             "by_status": dict(stats.by_status),
             "streamed": stats.streamed,
             "faults_pending": self._faults.pending(),
             "last_request": stats.last_request,
             "last_headers": stats.last_headers,
+            "last_client_cert": stats.last_client_cert,
             "recent_requests": list(stats.recent_requests),
         }
 
@@ -228,6 +254,14 @@ class LLMSimulator:
         stats.last_headers["authorization"] = (
             "present" if "Authorization" in request.headers else ""
         )
+        transport = request.transport
+        if transport is not None:
+            peer = transport.get_extra_info("peername")
+            if peer not in stats.seen and len(stats.seen) < _MAX_PEERS:
+                stats.seen.add(peer)
+                stats.connections += 1
+            if self._options.tls_cert is not None:
+                stats.last_client_cert = _subject(transport.get_extra_info("peercert"))
         request_id = f"req_{self._ids.getrandbits(104):026x}"
         try:
             body = orjson.loads(raw)
@@ -415,20 +449,36 @@ class LLMSimulator:
         """Send a ``raw`` fault's bytes exactly as given: a server gone wrong or odd."""
         self._stats.by_status[str(fault.status)] += 1
         headers = {**headers, **dict(fault.headers)}
+        gzip = zlib.compressobj(wbits=31) if fault.encoding == "gzip" else None
+        if gzip is not None:
+            # Compressed whether or not the request asked for it (Accept-Encoding).
+            headers["Content-Encoding"] = "gzip"
         if not stream or not fault.frames:
+            body = (fault.body or "").encode()
+            if gzip is not None:
+                body = gzip.compress(body) + gzip.flush()
             return web.Response(
                 status=fault.status,
-                body=(fault.body or "").encode(),
+                body=body,
                 headers={"Content-Type": "application/json", **headers},
             )
         response = web.StreamResponse(status=fault.status, headers={**_SSE_HEADERS, **headers})
         await response.prepare(request)
+
+        def encoded(data: bytes, last: bool = False) -> bytes:
+            if gzip is None:
+                return data
+            # Each frame leaves in a flushed gzip block, as a compressing proxy sends it.
+            return gzip.compress(data) + gzip.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
         repeated = [frame.encode() for frame in fault.frames]
         for _ in range(fault.repeat):
             for chunk in repeated:
-                await response.write(chunk)
+                await response.write(encoded(chunk))
         for frame in fault.then:
-            await response.write(frame.encode())
+            await response.write(encoded(frame.encode()))
+        if gzip is not None:
+            await response.write(encoded(b"", last=True))
         await response.write_eof()
         return response
 
@@ -462,6 +512,17 @@ class LLMSimulator:
         if jitter <= 0:
             return seconds
         return max(0.0, seconds + self._rng.uniform(-jitter, jitter))
+
+
+def _subject(cert: Any) -> str | None:
+    """A client certificate's subject common name, or None when it sent none."""
+    if not isinstance(cert, dict):
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return "(no common name)"
 
 
 def _digest(messages: Any) -> bytes:

@@ -173,11 +173,32 @@ class ModelConfig(_Strict):
     timeout: float = Field(60.0, gt=0)
     """Seconds one model request may take, further capped by the run's remaining time."""
     transport: Literal["direct", "sdk"] = "direct"
-    """How requests are sent: ``direct`` through one aiohttp session (fastest), ``sdk``
-    through ``openai.AsyncOpenAI`` (raw bytes in and out). Both send the same request."""
+    """How requests are sent: ``direct`` through one aiohttp session (less CPU per
+    request), ``sdk`` through ``openai.AsyncOpenAI`` (raw bytes in and out). Both send the
+    same request, through the same proxy, with the same trust."""
+    ca_file: str | None = None
+    """PEM bundle of the CAs an ``https`` endpoint (or an HTTPS proxy) is trusted by,
+    instead of the system's; unset: the system's (or ``SSL_CERT_FILE``)."""
+    cert_file: str | None = None
+    """PEM client certificate presented to the endpoint (mutual TLS); holds the key too
+    unless ``key_file`` is set."""
+    key_file: str | None = None
+    """PEM private key of ``cert_file``."""
+    pacing: bool = True
+    """Hold requests back, in a queue shared by every run of the process, while the
+    rate limits the endpoint reports (``x-ratelimit-*``, ``retry-after``) have no room
+    for them, instead of sending them into a 429; a run whose deadline cannot absorb the
+    wait fails at once (``model_rate_limit_wait``). An endpoint that reports no limits is
+    never held back."""
     retry: RetryPolicy = MODEL_RETRY
     """Retries of failed model requests (429, 498, 5xx, connection errors); a longer
     ``retry-after`` than ``max_backoff`` ends the retries."""
+
+    @model_validator(mode="after")
+    def _key_needs_its_certificate(self) -> ModelConfig:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file is set but cert_file is not: set both")
+        return self
 
     @field_validator("retry", mode="before")
     @classmethod

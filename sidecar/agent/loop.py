@@ -440,6 +440,9 @@ class _Run:
             self._model_stage(model, step, start, remaining, None, exc.code)
             raise
         self.usage.add(response.usage)
+        if response.paced > 0:
+            # Held back by the endpoint's rate limits before it was sent: a stage of its own.
+            self.stages.append(Stage(StageKind.QUEUE, "model_pacing", step, start, response.paced))
         self._model_stage(model, step, start, remaining, response, None)
         return response
 
@@ -471,6 +474,9 @@ class _Run:
         duration = self.clock.now() - start
         if self.budget is not None:
             self.budget.model_spent += duration
+        if response is not None and response.paced > 0:
+            start += response.paced
+            duration -= response.paced
         if response is None:
             detail = ModelCallDetail(
                 usage=Usage(),

@@ -262,6 +262,10 @@ class Sidecar:
             max_tokens=model.max_tokens,
             parallel_tool_calls=model.parallel_tool_calls,
             transport=model.transport,
+            ca_file=model.ca_file,
+            cert_file=model.cert_file,
+            key_file=model.key_file,
+            pacing=model.pacing,
             on_error=self.telemetry.model_error_hook(model.model),
             redact=self.redact,
         )

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.types import ProviderTiming, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from sidecar.llm.pacing import RateLimits
 
 
 @dataclass(slots=True)
@@ -33,7 +36,17 @@ class ModelResponse:
     refusal: str | None = None
     """The model's refusal, when it declined to answer (``message.refusal``)."""
     request_id: str | None = None
-    """The provider's id of the request (Groq's ``x_groq.id``, else the completion id)."""
+    """The provider's id of the request, to ask the provider about it: Groq's ``x_groq.id``,
+    else the ``x-request-id`` header, else the completion's ``id``."""
+    completion_id: str | None = None
+    """The completion's ``id`` (``chatcmpl-…``)."""
+    total_time: float | None = None
+    """The provider's own total for the request, in seconds (Groq's ``usage.total_time``)."""
+    rate_limits: RateLimits | None = None
+    """What the response's ``x-ratelimit-*`` headers said; None when it sent none."""
+    paced: float = 0.0
+    """Seconds the request waited for room in the endpoint's rate limits before it was
+    sent (every attempt's wait), inside the call's time."""
     request_bytes: int = 0
     """Size of the request body sent (the attempt that answered)."""
 

@@ -2,8 +2,13 @@
 
 Retries are ours (tenacity), not the client's: a 429 waits what ``retry-after`` says,
 498 / 5xx / connection errors back off with full jitter, and every wait fits inside the
-run's remaining time or the retries stop. ``tool_use_failed`` is surfaced as
-:class:`ToolUseFailed` for the loop's repair round; other 4xx are final.
+run's remaining time or the retries stop; each retry is logged with the failed request's
+id, status and the wait. ``tool_use_failed`` is surfaced as :class:`ToolUseFailed` for
+the loop's repair round; other 4xx are final.
+
+Before each attempt the endpoint's :class:`~sidecar.llm.pacing.Pacer` may hold the
+request back while the rate limits its responses report have no room for it; every
+response, failed or not, reports its headers back to it.
 
 The request body is serialized once (orjson) and the response parsed once, into plain
 values, by :mod:`sidecar.llm.wire` (which lets nothing malformed through);
@@ -14,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -24,18 +30,49 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
-from sidecar.llm.transport import DirectTransport, SdkTransport, Transport
+from sidecar.llm.pacing import PROCESS_PACERS, Pacer, Pacers, Ticket, rate_limits
+from sidecar.llm.transport import (
+    Endpoint,
+    Response,
+    Transport,
+    body_json,
+    open_transport,
+    proxy_for,
+    retry_after,
+    status_error,
+    tls_context,
+)
 from sidecar.llm.wire import StreamReader, parse_completion
 
 log = logging.getLogger(__name__)
 
 _INCLUDE_USAGE = {"include_usage": True}
+_BYTES_PER_TOKEN = 4  # a request's prompt tokens, estimated from its size for pacing
 
 
 class OpenAICompatibleModel:
     """A :class:`~sidecar.llm.model.Model` over one shared HTTP transport.
 
-    ``on_error``, when given, is called with every failed attempt, retried or not (metrics).
+    Args:
+        base_url: The endpoint's OpenAI-compatible base URL.
+        api_key: Sent as a bearer token; None sends no ``Authorization`` header.
+        model: The model name sent with each request.
+        retry: Retries of failed requests.
+        timeout: Seconds one attempt may take (the call's own time caps it).
+        transport: ``direct`` (aiohttp) or ``sdk`` (``openai.AsyncOpenAI``).
+        on_error: Called with every failed attempt, retried or not (metrics).
+        redact: Applied to error messages (a provider may echo a secret).
+        ca_file: PEM bundle of the CAs trusted for an ``https`` endpoint instead of the
+            system's.
+        cert_file: PEM client certificate to present (with its key unless ``key_file``).
+        key_file: PEM key of ``cert_file``.
+        pacing: Hold requests back while the endpoint's rate limits have no room.
+        environ: Where ``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``NO_PROXY`` are read; None reads
+            the process's environment.
+        pacers: The pacers shared by model clients; None: the process's.
+
+    Raises:
+        StartupError: a TLS file cannot be loaded.
     """
 
     def __init__(
@@ -52,12 +89,26 @@ class OpenAICompatibleModel:
         transport: str = "direct",
         on_error: Callable[[ModelError], None] | None = None,
         redact: Callable[[str], str] | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        pacing: bool = True,
+        environ: Mapping[str, str] | None = None,
+        pacers: Pacers | None = None,
     ) -> None:
         self.name = model
         self._redact = redact
         self._on_error = on_error
-        kind = DirectTransport if transport == "direct" else SdkTransport
-        self._transport: Transport = kind(base_url, api_key, timeout)
+        endpoint = Endpoint(
+            base_url=base_url,
+            api_key=api_key,
+            tls=tls_context(ca_file, cert_file, key_file),
+            proxy=proxy_for(base_url, os.environ if environ is None else environ),
+        )
+        self._transport: Transport = open_transport(transport, endpoint)
+        self._pacer: Pacer | None = (
+            (pacers or PROCESS_PACERS).get(base_url, model) if pacing else None
+        )
         self._retry = retry
         self._timeout = timeout
         # Parameters that never change between calls are built once.
@@ -80,7 +131,11 @@ class OpenAICompatibleModel:
         # Retries stop with the run's time; each attempt also gets at most the
         # configured request timeout, so a hung request is abandoned and retried.
         deadline = time.monotonic() + request.timeout
+        body = self._body(request)
+        tokens = len(body) // _BYTES_PER_TOKEN
         emitted = False
+        paced = 0.0
+        request_id: str | None = None  # the latest attempt's, for the retry's log line
 
         def sink(text: str) -> None:
             nonlocal emitted
@@ -93,33 +148,62 @@ class OpenAICompatibleModel:
             return isinstance(exc, ModelUnavailable) and exc.retryable and not emitted
 
         async def attempt() -> ModelResponse:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ModelUnavailable(
-                    "model_timeout",
-                    "the run's time ran out before the model answered",
-                    retryable=False,
-                )
-            timeout = min(remaining, self._timeout)
+            nonlocal paced, request_id
+            request_id = None
+            ticket = None
             try:
-                if request.stream:
-                    return await self._stream(request, timeout, sink, on_tool_call)
-                return await self._create(request, timeout)
+                if self._pacer is not None:
+                    ticket = await self._pacer.acquire(tokens, deadline)
+                    paced += ticket.waited
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ModelUnavailable(
+                        "model_timeout",
+                        "the run's time ran out before the model answered",
+                        retryable=False,
+                    )
+                timeout = min(remaining, self._timeout)
+                try:
+                    async with self._transport.post(body, timeout) as reply:
+                        request_id = reply.headers.get("x-request-id")
+                        response = await self._read(reply, request, ticket, sink, on_tool_call)
+                except ModelError as exc:
+                    if exc.code == "model_timeout" and timeout == remaining:
+                        # The run's own deadline cut the request off, not a slow endpoint.
+                        raise ModelError(
+                            "deadline_exceeded",
+                            "the run's time ran out before the model answered",
+                            retryable=False,
+                        ) from None
+                    raise
             except ModelError as exc:
                 if self._redact is not None:
                     # A provider's error body may echo the key, or another secret.
                     exc.message = self._redact(exc.message)
                     exc.args = (exc.message,)
-                if exc.code == "model_timeout" and timeout == remaining:
-                    # The run's own deadline cut the request off, not a slow endpoint.
-                    exc = ModelError(
-                        "deadline_exceeded",
-                        "the run's time ran out before the model answered",
-                        retryable=False,
-                    )
                 if self._on_error is not None:
                     self._on_error(exc)
                 raise exc from None
+            finally:
+                if ticket is not None:
+                    ticket.release()
+            response.request_bytes = len(body)
+            response.request_id = response.request_id or request_id or response.completion_id
+            response.paced = paced
+            return response
+
+        def wait(exc: BaseException | None, retry: int) -> float:
+            delay = self._delay(exc, retry, deadline)
+            log.warning(
+                "model request failed (%s, status %s, request id %s); retry %d of %d in %.2f s",
+                exc.code if isinstance(exc, ModelError) else type(exc).__name__,
+                exc.status if isinstance(exc, ModelError) else None,
+                request_id or "none",
+                retry,
+                self._retry.max_attempts - 1,
+                delay,
+            )
+            return delay
 
         # The first attempt runs bare: tenacity's bookkeeping is paid only on a retry.
         try:
@@ -128,11 +212,11 @@ class OpenAICompatibleModel:
             if not retryable(exc) or self._retry.max_attempts < 2:
                 raise
             first = exc
-        await asyncio.sleep(self._delay(first, 1, deadline))
+        await asyncio.sleep(wait(first, 1))
         attempts = 1
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._retry.max_attempts - 1),
-            wait=lambda state: self._delay(_error(state), state.attempt_number + 1, deadline),
+            wait=lambda state: wait(_error(state), state.attempt_number + 1),
             retry=retry_if_exception(retryable),
             reraise=True,
         )
@@ -143,6 +227,35 @@ class OpenAICompatibleModel:
                 response.attempts = attempts
                 return response
         raise AssertionError("unreachable: tenacity reraises the last error")
+
+    async def _read(
+        self,
+        reply: Response,
+        request: ModelRequest,
+        ticket: Ticket | None,
+        sink: TextSink,
+        on_tool_call: ToolCallSink | None,
+    ) -> ModelResponse:
+        """The response of one attempt, from its status and headers on."""
+        status = reply.status
+        headers = reply.headers
+        limits = rate_limits(headers, retry_after(headers) if status in (429, 503) else None)
+        if ticket is not None:
+            ticket.report(limits)
+        if status >= 400:
+            raise status_error(status, headers, body_json(await reply.read()))
+        if request.stream:
+            reader = StreamReader(sink, on_tool_call)
+            async for line in reply.lines():
+                reader.feed(line)
+                if reader.done:
+                    break
+            response = reader.response()
+        else:
+            response = parse_completion(await reply.read())
+        if not limits.empty:
+            response.rate_limits = limits
+        return response
 
     def _delay(self, exc: BaseException | None, attempt: int, deadline: float) -> float:
         """Seconds to wait before retry number ``attempt``; raise when the run can't wait."""
@@ -177,40 +290,12 @@ class OpenAICompatibleModel:
             }
         return params
 
-    def _body(self, request: ModelRequest, stream: bool) -> bytes:
+    def _body(self, request: ModelRequest) -> bytes:
         params = self._params(request)
-        if stream:
+        if request.stream:
             params["stream"] = True
             params["stream_options"] = _INCLUDE_USAGE
         return orjson.dumps(params)
-
-    async def _create(self, request: ModelRequest, timeout: float) -> ModelResponse:
-        body = self._body(request, False)
-        content = await self._transport.complete(body, timeout)
-        response = parse_completion(content)
-        response.request_bytes = len(body)
-        return response
-
-    async def _stream(
-        self,
-        request: ModelRequest,
-        timeout: float,
-        sink: TextSink,
-        on_tool_call: ToolCallSink | None,
-    ) -> ModelResponse:
-        reader = StreamReader(sink, on_tool_call)
-        body = self._body(request, True)
-        lines = self._transport.stream(body, timeout)
-        try:
-            async for line in lines:
-                reader.feed(line)
-                if reader.done:
-                    break
-        finally:
-            await lines.aclose()
-        response = reader.response()
-        response.request_bytes = len(body)
-        return response
 
 
 def _error(state: RetryCallState) -> BaseException | None:

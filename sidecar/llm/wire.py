@@ -177,8 +177,6 @@ def parse_completion(content: bytes) -> ModelResponse:
         calls.append(ToolCall(new_call_id(), name, _arguments(function.get("arguments"))))
     finish = choice.get("finish_reason")
     raw_usage = body.get("usage")
-    x_groq = body.get("x_groq")
-    request_id = _request_id(body, x_groq)
     return ModelResponse(
         text=_text(message.get("content"), "content"),
         tool_calls=calls,
@@ -186,15 +184,23 @@ def parse_completion(content: bytes) -> ModelResponse:
         usage=usage(raw_usage),
         provider=provider_timing(raw_usage),
         refusal=_text(message.get("refusal"), "refusal") or None,
-        request_id=request_id,
+        request_id=_groq_id(body.get("x_groq")),
+        completion_id=_string(body.get("id")),
+        total_time=_total_time(raw_usage),
     )
 
 
-def _request_id(body: dict[str, Any], x_groq: Any) -> str | None:
-    if isinstance(x_groq, dict) and isinstance(x_groq.get("id"), str):
-        return str(x_groq["id"])
-    value = body.get("id")
-    return value if isinstance(value, str) else None
+def _groq_id(x_groq: Any) -> str | None:
+    return _string(x_groq.get("id")) if isinstance(x_groq, dict) else None
+
+
+def _string(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
+
+
+def _total_time(value: Any) -> float | None:
+    """Groq's ``usage.total_time`` (seconds)."""
+    return _seconds(value.get("total_time")) if isinstance(value, dict) else None
 
 
 class _Call:
@@ -252,6 +258,7 @@ class StreamReader:
         self._usage: Any = None
         self._groq_usage: Any = None
         self._request_id: str | None = None
+        self._completion_id: str | None = None
         self._answered = False  # a choice arrived
         self.done = False
 
@@ -276,7 +283,9 @@ class StreamReader:
         if "error" in chunk:
             raise _stream_error(chunk["error"])
         if self._request_id is None:
-            self._request_id = _request_id(chunk, chunk.get("x_groq"))
+            self._request_id = _groq_id(chunk.get("x_groq"))
+        if self._completion_id is None:
+            self._completion_id = _string(chunk.get("id"))
         if "usage" in chunk and chunk["usage"] is not None:
             self._usage = _object(chunk["usage"], "usage")
         x_groq = chunk.get("x_groq")
@@ -387,13 +396,16 @@ class StreamReader:
         if not self._answered:
             raise _bad("the stream ended without an answer")
         usage_doc = self._usage or self._groq_usage
+        timing_doc = self._groq_usage or self._usage
         return ModelResponse(
             text="".join(self._parts),
             tool_calls=[c.done() for c in self._calls],
             finish_reason=self._finish,
             usage=usage(usage_doc),
-            provider=provider_timing(self._groq_usage or self._usage),
+            provider=provider_timing(timing_doc),
             time_to_first_token=self.first_token,
             refusal="".join(self._refusal) or None,
             request_id=self._request_id,
+            completion_id=self._completion_id,
+            total_time=_total_time(timing_doc),
         )

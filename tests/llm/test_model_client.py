@@ -129,8 +129,9 @@ async def test_a_hanging_endpoint_is_cut_off_at_the_runs_deadline(
     assert info.value.code == "deadline_exceeded" and not info.value.retryable
 
 
+@pytest.mark.parametrize("transport", ["direct", "sdk"])
 async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retried(
-    sim: ServerProcess,
+    sim: ServerProcess, transport: str
 ) -> None:
     control = SimControl(sim.address)
     await control.reset()
@@ -141,6 +142,7 @@ async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retr
         model="simulated-model",
         retry=RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
         timeout=0.3,
+        transport=transport,
     )
     try:
         response = await client.complete(ModelRequest(ASK, TOOLS, False, 10))
@@ -149,13 +151,15 @@ async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retr
     assert response.attempts == 2 and response.tool_calls
 
 
-async def test_an_unreachable_endpoint_is_reported_as_unreachable() -> None:
+@pytest.mark.parametrize("transport", ["direct", "sdk"])
+async def test_an_unreachable_endpoint_is_reported_as_unreachable(transport: str) -> None:
     client = OpenAICompatibleModel(
         base_url="http://127.0.0.1:9/v1",
         api_key="test",
         model="m",
         retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01),
         timeout=5,
+        transport=transport,
     )
     try:
         with pytest.raises(ModelUnavailable) as info:

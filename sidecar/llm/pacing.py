@@ -1,0 +1,323 @@
+"""Pacing by the provider's rate limits: wait briefly before a 429, not after it.
+
+Every response of Groq (and OpenAI, and most gateways) says how much of its rate limits is
+left and when each resets::
+
+    x-ratelimit-limit-requests: 14400        x-ratelimit-limit-tokens: 6000
+    x-ratelimit-remaining-requests: 14370    x-ratelimit-remaining-tokens: 5997
+    x-ratelimit-reset-requests: 2m59.56s     x-ratelimit-reset-tokens: 7.66s
+
+and a 429 says ``retry-after``. A :class:`Pacer` per endpoint and model, shared by every
+run of the process, keeps the latest of these and lets a request go when the budget it
+knows of has room for it, counting the requests still in flight (their headers are not
+back yet). Near the limit, requests wait in a queue until a response reports room or the
+window resets; after a 429, every request waits out its ``retry-after``. A request that
+would have to wait past its deadline is not sent: :meth:`Pacer.acquire` raises
+:class:`~sidecar.errors.ModelUnavailable` with the code ``model_rate_limit_wait`` at
+once, so the run fails fast with that reason instead of spending its time queueing.
+
+An endpoint that sends none of these headers is never paced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sidecar.errors import ModelUnavailable
+
+__all__ = [
+    "PACING_WAIT",
+    "Pacer",
+    "Pacers",
+    "RateLimits",
+    "parse_duration",
+    "rate_limits",
+]
+
+PACING_WAIT = "model_rate_limit_wait"
+"""The code of a request that was not sent: its wait would outlast its deadline."""
+MAX_RESET_S = 2 * 86_400.0
+"""A reset further away than this is not a duration (an epoch timestamp, say): ignored."""
+_SLACK_S = 0.02  # waits end this much after the reported reset: clocks and rounding differ
+_SAME_WINDOW_S = 0.25  # resets this close together belong to one window
+
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|µs|ns|h|m|s)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a rate-limit reset: ``2m59.56s``, ``7.66s``, ``120ms``, ``1h2m``, ``30``.
+
+    Returns None for anything else (empty, negative, malformed, not finite, or further
+    away than :data:`MAX_RESET_S`).
+    """
+    text = text.strip()
+    if not text or len(text) > 64:
+        return None
+    try:
+        seconds = float(text)  # a plain number is seconds
+    except ValueError:
+        seconds = 0.0
+        end = 0
+        for match in _PART.finditer(text):
+            if match.start() != end:
+                return None
+            end = match.end()
+            value = float(match.group(1))
+            unit = match.group(2)
+            seconds += value * _UNITS[unit]
+        if end != len(text) or end == 0:
+            return None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_RESET_S:
+        return None
+    return seconds
+
+
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _count(value: str | None) -> int | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """What one response said of the rate limits; None where it said nothing usable."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: float | None = None
+    """Seconds from the response until the request budget is whole again."""
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None
+    """Seconds from the response until the token budget is whole again."""
+    retry_after: float | None = None
+    """Seconds a 429 (or 503) asked to wait."""
+
+    @property
+    def empty(self) -> bool:
+        return self == _EMPTY
+
+
+_EMPTY = RateLimits()
+
+
+def rate_limits(headers: Mapping[str, str], retry_after: float | None = None) -> RateLimits:
+    """The ``x-ratelimit-*`` headers of a response (and its ``retry-after``, parsed)."""
+    get = headers.get
+    reset_requests = get("x-ratelimit-reset-requests")
+    reset_tokens = get("x-ratelimit-reset-tokens")
+    return RateLimits(
+        limit_requests=_count(get("x-ratelimit-limit-requests")),
+        remaining_requests=_count(get("x-ratelimit-remaining-requests")),
+        reset_requests=parse_duration(reset_requests) if reset_requests is not None else None,
+        limit_tokens=_count(get("x-ratelimit-limit-tokens")),
+        remaining_tokens=_count(get("x-ratelimit-remaining-tokens")),
+        reset_tokens=parse_duration(reset_tokens) if reset_tokens is not None else None,
+        retry_after=retry_after,
+    )
+
+
+class _Budget:
+    """One budget (requests or tokens): what the server last said, and when it refills."""
+
+    __slots__ = ("limit", "remaining", "reset_at")
+
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self.remaining: int | None = None  # None: unknown, never holds a request back
+        self.reset_at = 0.0
+
+    def update(
+        self, limit: int | None, remaining: int | None, reset: float | None, now: float
+    ) -> None:
+        if limit is not None:
+            self.limit = limit
+        if remaining is None:
+            return
+        # Without a reset time, the budget is trusted for one second, then forgotten.
+        reset_at = now + (reset if reset is not None else 1.0) + _SLACK_S
+        if (
+            self.remaining is not None
+            and now < self.reset_at < math.inf
+            and reset_at <= self.reset_at + _SAME_WINDOW_S
+        ):
+            # The same window: responses to concurrent requests arrive in any order, and
+            # the lowest count is the latest one.
+            self.remaining = min(self.remaining, remaining)
+            return
+        self.remaining = remaining
+        self.reset_at = reset_at
+
+    def room(self, now: float, in_flight: int, need: int) -> float:
+        """0 when ``need`` fits beside what is in flight; else seconds until it may (until
+        the reset; infinite when only a response in flight can tell)."""
+        if self.remaining is None:
+            return 0.0
+        if now >= self.reset_at:
+            # Whole again: the full limit when known (counted down by the requests in
+            # flight until a response reports the real budget), unknown otherwise.
+            self.remaining = self.limit
+            self.reset_at = math.inf
+            if self.remaining is None:
+                return 0.0
+        if self.remaining - in_flight >= need:
+            return 0.0
+        if in_flight == 0:
+            if math.isinf(self.reset_at):
+                self.remaining = None  # nothing in flight will report: forget the count
+                return 0.0
+            if self.limit is not None and need > self.limit:
+                return 0.0  # never fits: send it and let the endpoint judge
+        return self.reset_at - now
+
+
+class Ticket:
+    """A request let through; :meth:`Pacer.report` or :meth:`release` ends it."""
+
+    __slots__ = ("_pacer", "tokens", "waited")
+
+    def __init__(self, pacer: Pacer, tokens: int, waited: float) -> None:
+        self._pacer: Pacer | None = pacer
+        self.tokens = tokens
+        self.waited = waited
+        """Seconds the request waited in the queue."""
+
+    def release(self) -> None:
+        """The request ended without its headers (failed or cancelled): free its place."""
+        pacer, self._pacer = self._pacer, None
+        if pacer is not None:
+            pacer._finish(self)
+
+    def report(self, limits: RateLimits) -> None:
+        """The request's response headers are in."""
+        pacer, self._pacer = self._pacer, None
+        if pacer is not None:
+            pacer._finish(self, limits)
+
+
+class Pacer:
+    """The rate limits of one endpoint and model, shared by every request to it."""
+
+    def __init__(self) -> None:
+        self._requests = _Budget()
+        self._tokens = _Budget()
+        self._blocked_until = 0.0
+        self._in_flight = 0
+        self._in_flight_tokens = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self.waiting = 0
+        """Requests waiting in the queue now."""
+
+    def delay(self, tokens: int, now: float | None = None) -> float:
+        """Seconds a request of ``tokens`` would wait now (0: it could go at once); an
+        infinite delay means it waits for a response in flight to report room."""
+        now = time.monotonic() if now is None else now
+        wait = max(self._blocked_until - now, 0.0)
+        if wait > 0:
+            return wait
+        wait = max(
+            self._requests.room(now, self._in_flight, 1),
+            self._tokens.room(now, self._in_flight_tokens, tokens),
+        )
+        return wait
+
+    async def acquire(self, tokens: int, deadline: float) -> Ticket:
+        """Wait until a request of about ``tokens`` prompt tokens may go.
+
+        Args:
+            tokens: The request's estimated prompt tokens.
+            deadline: ``time.monotonic()`` by which the request must have been answered.
+
+        Raises:
+            ModelUnavailable: ``model_rate_limit_wait``: the wait would outlast ``deadline``
+                (raised at once when the wait is known to be that long).
+        """
+        start = time.monotonic()
+        wait = self.delay(tokens, start)
+        if wait <= 0:
+            return self._admit(tokens, 0.0)
+        self.waiting += 1
+        try:
+            while True:
+                now = time.monotonic()
+                wait = self.delay(tokens, now)
+                if wait <= 0:
+                    return self._admit(tokens, now - start)
+                if not math.isinf(wait) and now + wait >= deadline:
+                    raise _too_late(wait, deadline - now)
+                if now >= deadline:
+                    raise _too_late(wait, 0.0)
+                # Woken by a response that reports room, by the reset, or by the deadline.
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                try:
+                    async with asyncio.timeout(min(wait, deadline - now)):
+                        await waiter
+                except TimeoutError:
+                    pass
+                finally:
+                    self._waiters.remove(waiter)
+        finally:
+            self.waiting -= 1
+
+    def _admit(self, tokens: int, waited: float) -> Ticket:
+        self._in_flight += 1
+        self._in_flight_tokens += tokens
+        return Ticket(self, tokens, waited)
+
+    def _finish(self, ticket: Ticket, limits: RateLimits | None = None) -> None:
+        self._in_flight -= 1
+        self._in_flight_tokens -= ticket.tokens
+        if limits is not None and not limits.empty:
+            now = time.monotonic()
+            self._requests.update(
+                limits.limit_requests, limits.remaining_requests, limits.reset_requests, now
+            )
+            self._tokens.update(
+                limits.limit_tokens, limits.remaining_tokens, limits.reset_tokens, now
+            )
+            if limits.retry_after is not None:
+                self._blocked_until = max(self._blocked_until, now + limits.retry_after)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+def _too_late(wait: float, left: float) -> ModelUnavailable:
+    when = "until a response in flight frees room" if math.isinf(wait) else f"{wait:.2f} s"
+    return ModelUnavailable(
+        PACING_WAIT,
+        f"the model endpoint's rate limit holds requests back for {when}, longer than the "
+        f"{max(left, 0.0):.2f} s the run has left: not sent",
+        retryable=True,
+        retry_after=None if math.isinf(wait) else wait,
+    )
+
+
+class Pacers:
+    """One :class:`Pacer` per (endpoint, model), for every model client of the process."""
+
+    def __init__(self) -> None:
+        self._pacers: dict[tuple[str, str], Pacer] = {}
+
+    def get(self, endpoint: str, model: str) -> Pacer:
+        key = (endpoint.rstrip("/"), model)
+        pacer = self._pacers.get(key)
+        if pacer is None:
+            pacer = self._pacers[key] = Pacer()
+        return pacer
+
+
+PROCESS_PACERS = Pacers()
+"""The process's pacers: every run of the process shares them."""
