@@ -1,102 +1,239 @@
-"""What one model request costs the sidecar's process, by transport.
+"""What a model request costs the sidecar's process, by transport; and what pacing saves.
 
-Sends the same chat-completions body to the zero-latency LLM simulator, one request at a
-time, through each way the sidecar can send it, and reports CPU (this process, user +
-system) and wall time per request, medians of the rounds, transports interleaved:
+**CPU per request.** Sends the workload's chat-completions body to the zero-latency LLM
+simulator, one request at a time, through each transport, and measures this process's CPU
+(user + system) for each request; transports interleave round by round, so drift of the
+shared machine hits them alike. Reported: the median and P99 of every request's CPU, the
+spread of the rounds' medians, and each transport against ``direct``:
 
-- ``direct``: the default transport, over ``sidecar.llm.http`` (kept-alive HTTP/1.1,
-  httptools);
-- ``aiohttp``: the same bytes through one ``aiohttp`` session, as a general client sends;
-- ``sdk``: through ``openai.AsyncOpenAI`` (``model.transport: sdk``: raw bytes in, raw
-  response out).
+- ``direct``: the default transport (``sidecar.llm.transport.DirectTransport``: one aiohttp
+  session, the proxy resolved once);
+- ``sdk``: ``model.transport: sdk`` (``openai.AsyncOpenAI`` on its aiohttp client, raw
+  bytes in, raw response out);
+- ``aiohttp trust_env``: a plain aiohttp session with ``trust_env=True``, which looks up
+  the proxy and ``~/.netrc`` on every request, each in a worker thread: what resolving the
+  proxy once saves.
 
-``python -m bench.micro.model_transport [--requests 2000] [--rounds 5]``
+Each is measured unary and streamed (``stream: true``, the response read line by line).
+
+**Bursts.** A simulator that enforces a rate limit (``--ratelimit-requests`` per
+``--ratelimit-window-s``, answering 429 with ``retry-after`` past it) gets a burst of
+concurrent model calls through :class:`~sidecar.llm.openai_model.OpenAICompatibleModel`
+with its default retries, once with pacing on and once off: how many 429s each caused,
+how many calls failed, and how long the burst took.
+
+``python -m bench.micro.model_transport [--requests 1000] [--rounds 5] [--burst 60]``
+writes ``bench/results/model_transport.json`` and prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import asyncio
+import json
+import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
 import uvloop
 
 from bench import processes
+from bench.stats import median, percentile
 from bench.workload import MODEL, PROMPT, SYSTEM, openai_tools
-from sidecar.llm.transport import DirectTransport, SdkTransport
+from sidecar.config import MODEL_RETRY
+from sidecar.errors import ModelError
+from sidecar.llm.model import ModelRequest
+from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.llm.pacing import Pacers
+from sidecar.llm.transport import DirectTransport, Endpoint, SdkTransport, Transport
 
 ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench/results/model_transport.json"
 
-BODY = orjson.dumps(
-    {
-        "model": MODEL,
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
-        "tools": openai_tools(),
-    }
-)
+MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}]
+BODIES = {
+    "unary": orjson.dumps({"model": MODEL, "messages": MESSAGES, "tools": openai_tools()}),
+    "streamed": orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": MESSAGES,
+            "tools": openai_tools(),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ),
+}
+Send = Callable[[], Awaitable[int]]
 
 
-async def measure(address: str, requests: int, rounds: int) -> dict[str, tuple[float, float]]:
+def _ours(transport: Transport, body: bytes, stream: bool) -> Send:
+    async def send() -> int:
+        async with transport.post(body, 10) as response:
+            if stream:
+                return sum([len(line) async for line in response.lines()])
+            return len(await response.read())
+
+    return send
+
+
+def _trust_env(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> Send:
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+
+    async def send() -> int:
+        async with session.post(url, data=body, headers=headers) as response:
+            if stream:
+                return sum([len(line) async for line in response.content])
+            return len(await response.read())
+
+    return send
+
+
+async def cpu_per_request(address: str, requests: int, rounds: int) -> dict[str, Any]:
     base = f"http://{address}/openai/v1"
-    direct = DirectTransport(base, "bench", 10)
-    sdk = SdkTransport(base, "bench", 10)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-    async def through_aiohttp() -> bytes:
-        async with session.post(
-            f"{base}/chat/completions",
-            data=BODY,
-            headers={"Content-Type": "application/json", "Authorization": "Bearer bench"},
-        ) as response:
-            return await response.read()
-
-    senders: dict[str, Callable[[], Awaitable[bytes]]] = {
-        "direct": lambda: direct.complete(BODY, 10),
-        "aiohttp": through_aiohttp,
-        "sdk": lambda: sdk.complete(BODY, 10),
-    }
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in senders}
+    endpoint = Endpoint(base_url=base, api_key="bench", tls=ssl.create_default_context())
+    direct, sdk = DirectTransport(endpoint), SdkTransport(endpoint)
+    session = aiohttp.ClientSession(trust_env=True, connector=aiohttp.TCPConnector(limit=0))
+    senders: dict[str, Send] = {}
+    for mode, body in BODIES.items():
+        stream = mode == "streamed"
+        senders[f"direct {mode}"] = _ours(direct, body, stream)
+        senders[f"sdk {mode}"] = _ours(sdk, body, stream)
+        senders[f"aiohttp trust_env {mode}"] = _trust_env(
+            session, f"{base}/chat/completions", body, stream
+        )
+    samples: dict[str, list[float]] = {name: [] for name in senders}
+    round_medians: dict[str, list[float]] = {name: [] for name in senders}
     try:
         for send in senders.values():  # warm connections and code paths
-            for _ in range(200):
-                assert orjson.loads(await send())["choices"]
+            for _ in range(100):
+                assert await send() > 0
         for _ in range(rounds):
             for name, send in senders.items():
-                cpu, wall = time.process_time(), time.perf_counter()
+                cpu = []
                 for _ in range(requests):
+                    start = time.process_time()
                     await send()
-                samples[name].append(
-                    (
-                        (time.process_time() - cpu) / requests * 1e6,
-                        (time.perf_counter() - wall) / requests * 1e6,
-                    )
-                )
+                    cpu.append((time.process_time() - start) * 1e6)
+                samples[name] += cpu
+                round_medians[name].append(median(cpu))
     finally:
         await direct.close()
         await sdk.close()
         await session.close()
     return {
-        name: (statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs))
-        for name, runs in samples.items()
+        name: {
+            "median_us": median(values),
+            "p99_us": percentile(values, 99),
+            "round_medians_us": round_medians[name],
+        }
+        for name, values in samples.items()
     }
+
+
+async def burst(address: str, calls: int, pacing: bool) -> dict[str, Any]:
+    """``calls`` concurrent model calls after one that shows the limits."""
+    async with aiohttp.ClientSession() as http, http.post(f"http://{address}/sim/reset") as r:
+        r.raise_for_status()
+    model = OpenAICompatibleModel(
+        base_url=f"http://{address}/openai/v1",
+        api_key="bench",
+        model=MODEL,
+        retry=MODEL_RETRY,
+        timeout=30,
+        pacing=pacing,
+        pacers=Pacers(),
+        environ={},
+    )
+    request = ModelRequest([{"role": "user", "content": "hello"}], [], False, 60)
+    failed: list[str] = []
+
+    async def call() -> float:
+        try:
+            response = await model.complete(request)
+        except ModelError as exc:
+            failed.append(exc.code)
+            return 0.0
+        return response.paced
+
+    try:
+        await call()
+        start = time.perf_counter()
+        waits = await asyncio.gather(*(call() for _ in range(calls)))
+        wall = time.perf_counter() - start
+    finally:
+        await model.close()
+    async with aiohttp.ClientSession() as http, http.get(f"http://{address}/sim/stats") as r:
+        stats = await r.json()
+    return {
+        "calls": calls,
+        "requests": stats["requests"] - 1,
+        "rate_limited": stats["by_status"].get("429", 0),
+        "failed": len(failed),
+        "wall_s": wall,
+        "paced_calls": sum(1 for w in waits if w > 0),
+        "longest_wait_s": max(waits),
+    }
+
+
+def _ratio(row: dict[str, Any], base: dict[str, Any]) -> str:
+    return f"{row['median_us'] / base['median_us']:.2f}x"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000, help="requests per round")
+    parser.add_argument("--requests", type=int, default=1000, help="requests per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--burst", type=int, default=60, help="concurrent calls in a burst")
+    parser.add_argument("--limit", type=int, default=20, help="requests per window")
+    parser.add_argument("--window", type=float, default=1.0, help="window, seconds")
     args = parser.parse_args()
+    # Each retry of the unpaced burst logs a line; the table says what they add up to.
+    logging.getLogger("sidecar.llm.openai_model").setLevel(logging.ERROR)
     with processes.simulator() as sim:
-        results = uvloop.run(measure(sim.address, args.requests, args.rounds))
-    print(f"one model request, medians of {args.rounds} rounds of {args.requests}")
-    print("| transport | CPU µs per request | wall µs per request |")
-    print("| --- | ---: | ---: |")
-    for name, (cpu, wall) in results.items():
-        print(f"| {name} | {cpu:,.0f} | {wall:,.0f} |")
+        cpu = uvloop.run(cpu_per_request(sim.address, args.requests, args.rounds))
+    flags = ["--ratelimit-requests", str(args.limit), "--ratelimit-window-s", str(args.window)]
+    bursts = {}
+    with processes.simulator(*flags, "--enforce-ratelimits") as limited:
+        for pacing in (True, False):
+            bursts["paced" if pacing else "unpaced"] = uvloop.run(
+                burst(limited.address, args.burst, pacing)
+            )
+    results = {
+        "command": "python -m bench.micro.model_transport"
+        f" --requests {args.requests} --rounds {args.rounds} --burst {args.burst}"
+        f" --limit {args.limit} --window {args.window:g}",
+        "cpu_per_request": cpu,
+        "burst": bursts,
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2) + "\n")
+
+    print(f"one model request, CPU of this process, {args.rounds} rounds of {args.requests}")
+    print("| transport | median µs | P99 µs | round medians µs | vs direct |")
+    print("| --- | ---: | ---: | --- | ---: |")
+    for name, row in cpu.items():
+        mode = name.rsplit(" ", 1)[1]
+        spread = " ".join(f"{v:.0f}" for v in row["round_medians_us"])
+        print(
+            f"| {name} | {row['median_us']:.0f} | {row['p99_us']:.0f} | {spread} "
+            f"| {_ratio(row, cpu[f'direct {mode}'])} |"
+        )
+    print(
+        f"\na burst of {args.burst} concurrent calls against {args.limit} requests "
+        f"per {args.window:g} s (429 past it)"
+    )
+    print("| pacing | requests sent | 429s | failed calls | calls that waited | burst s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, row in bursts.items():
+        print(
+            f"| {name} | {row['requests']} | {row['rate_limited']} | {row['failed']} "
+            f"| {row['paced_calls']} | {row['wall_s']:.2f} |"
+        )
 
 
 if __name__ == "__main__":
