@@ -1,0 +1,318 @@
+"""Pacing by the endpoint's rate limits: the header parser (property-based), and bursts
+against the LLM simulator enforcing a limit, through both transports and a real sidecar.
+
+The simulator answers 429 past ``--ratelimit-requests`` per ``--ratelimit-window-s``; each
+burst here is made so that sending it unpaced gets 429s (a test shows it does), and paced
+gets none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from sidecar import testing
+from sidecar.config import RetryPolicy
+from sidecar.errors import ModelError, ModelUnavailable
+from sidecar.llm.model import ModelRequest
+from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.llm.pacing import MAX_RESET_S, PACING_WAIT, Pacer, Pacers, parse_duration, rate_limits
+from sidecar.testing import ServerProcess
+
+TRANSPORTS = ["direct", "sdk"]
+HELLO = ModelRequest([{"role": "user", "content": "hello"}], [], False, 20)
+LIMIT = 4  # requests per window of the burst simulator
+BURST = 10  # calls in a burst: more than two windows' worth
+
+
+# -- the header parser -----------------------------------------------------------------
+
+
+def groq(seconds: float) -> str:
+    """Groq's notation (``2m59.56s``, ``7.66s``), as its headers show it."""
+    minutes, rest = divmod(seconds, 60.0)
+    return f"{int(minutes)}m{rest:.2f}s" if minutes else f"{rest:.2f}s"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2m59.56s", 179.56),
+        ("7.66s", 7.66),
+        ("120ms", 0.12),
+        ("1h2m3s", 3723.0),
+        ("6m0s", 360.0),
+        ("0s", 0.0),
+        ("30", 30.0),
+        ("1.5", 1.5),
+        (" 7.66s ", 7.66),
+    ],
+)
+def test_reset_durations_in_the_notations_providers_send_are_read(
+    text: str, seconds: float
+) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "s", "-1s", "1x", "1m 2s", "ms", "nan", "inf", "1e400", "1741305600000"]
+)
+def test_anything_else_is_no_duration(text: str) -> None:
+    assert parse_duration(text) is None
+
+
+@pytest.mark.property
+@given(st.floats(min_value=0, max_value=86_400, allow_nan=False))
+def test_groqs_notation_reads_back_as_the_seconds_it_shows(seconds: float) -> None:
+    shown = groq(seconds)
+    parsed = parse_duration(shown)
+    assert parsed is not None
+    minutes, rest = shown.split("m") if "m" in shown else ("0", shown)
+    assert parsed == pytest.approx(int(minutes) * 60 + float(rest.rstrip("s")))
+    assert abs(parsed - seconds) <= 0.005 + 1e-9 * seconds
+
+
+@pytest.mark.property
+@given(st.integers(min_value=0, max_value=10**7))
+def test_milliseconds_read_as_seconds(ms: int) -> None:
+    parsed = parse_duration(f"{ms}ms")
+    assert parsed == pytest.approx(ms / 1000)
+
+
+@pytest.mark.property
+@given(st.text(max_size=80))
+def test_any_text_is_a_finite_duration_in_range_or_none(text: str) -> None:
+    parsed = parse_duration(text)
+    assert parsed is None or (math.isfinite(parsed) and 0 <= parsed <= MAX_RESET_S)
+
+
+HEADER_NAMES = [
+    f"x-ratelimit-{kind}-{what}"
+    for kind in ("limit", "remaining", "reset")
+    for what in ("requests", "tokens")
+]
+
+
+@pytest.mark.property
+@given(
+    st.dictionaries(
+        st.sampled_from(HEADER_NAMES),
+        st.one_of(st.text(max_size=30), st.integers(-(10**20), 10**20).map(str)),
+    )
+)
+def test_any_rate_limit_headers_are_read_as_counts_and_durations_or_ignored(
+    headers: dict[str, str],
+) -> None:
+    limits = rate_limits(headers)
+    for count in (
+        limits.limit_requests,
+        limits.remaining_requests,
+        limits.limit_tokens,
+        limits.remaining_tokens,
+    ):
+        assert count is None or (isinstance(count, int) and count >= 0)
+    for reset in (limits.reset_requests, limits.reset_tokens):
+        assert reset is None or 0 <= reset <= MAX_RESET_S
+
+
+async def test_a_pacer_that_knows_no_limits_never_holds_a_request_back() -> None:
+    pacer = Pacer()
+    tickets = [await pacer.acquire(10, deadline=math.inf) for _ in range(100)]
+    assert all(t.waited == 0 for t in tickets)
+    for ticket in tickets:
+        ticket.report(rate_limits({}))
+    assert pacer.delay(10) == 0
+
+
+async def test_requests_in_flight_count_against_the_reported_room() -> None:
+    pacer = Pacer()
+    first = await pacer.acquire(1, deadline=math.inf)
+    first.report(
+        rate_limits(
+            {
+                "x-ratelimit-limit-requests": "3",
+                "x-ratelimit-remaining-requests": "2",
+                "x-ratelimit-reset-requests": "30s",
+            }
+        )
+    )
+    held = [await pacer.acquire(1, deadline=math.inf) for _ in range(2)]
+    assert 29 < pacer.delay(1) <= 30.1  # two in flight take the room that was left
+    with pytest.raises(ModelUnavailable) as info:
+        await pacer.acquire(1, deadline=time.monotonic() + 1)
+    assert info.value.code == PACING_WAIT and info.value.retry_after is not None
+    for ticket in held:
+        ticket.release()
+    assert pacer.delay(1) == 0
+
+
+# -- bursts against the simulator --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[ServerProcess]:
+    flags = ["--ratelimit-requests", str(LIMIT), "--ratelimit-window-s", "1"]
+    with testing.simulator(*flags, "--enforce-ratelimits") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def slow_window() -> Iterator[ServerProcess]:
+    flags = ["--ratelimit-requests", "1", "--ratelimit-window-s", "600"]
+    with testing.simulator(*flags, "--enforce-ratelimits") as process:
+        yield process
+
+
+async def sim(address: str, method: str, path: str) -> Any:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, f"http://{address}/sim{path}") as response,
+    ):
+        response.raise_for_status()
+        return await response.json()
+
+
+@pytest.fixture
+async def fresh(limited: ServerProcess) -> AsyncIterator[str]:
+    await sim(limited.address, "POST", "/reset")
+    yield limited.address
+
+
+def model(address: str, transport: str, *, pacing: bool = True) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel(
+        base_url=f"http://{address}/openai/v1",
+        api_key="test",
+        model="simulated-model",
+        retry=RetryPolicy(max_attempts=1),  # a 429 fails the call: none may happen
+        timeout=20,
+        transport=transport,
+        pacing=pacing,
+        pacers=Pacers(),
+        environ={},
+    )
+
+
+async def burst(client: OpenAICompatibleModel) -> list[Any]:
+    await client.complete(HELLO)  # one call shows the limits
+    return await asyncio.gather(
+        *(client.complete(HELLO) for _ in range(BURST)), return_exceptions=True
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_paced_burst_gets_no_429(fresh: str, transport: str) -> None:
+    client = model(fresh, transport)
+    try:
+        results = await burst(client)
+    finally:
+        await client.close()
+    assert not [r for r in results if isinstance(r, BaseException)]
+    stats = await sim(fresh, "GET", "/stats")
+    assert stats["by_status"] == {"200": BURST + 1}
+    assert sum(1 for r in results if r.paced > 0) >= BURST - LIMIT
+
+
+async def test_the_same_burst_unpaced_gets_429s(fresh: str) -> None:
+    client = model(fresh, "direct", pacing=False)
+    try:
+        results = await burst(client)
+    finally:
+        await client.close()
+    failed = [r for r in results if isinstance(r, ModelError)]
+    assert failed and all(r.code == "model_rate_limited" for r in failed)
+    assert (await sim(fresh, "GET", "/stats"))["by_status"]["429"] == len(failed)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_call_whose_deadline_cannot_absorb_the_wait_fails_at_once_unsent(
+    slow_window: ServerProcess, transport: str
+) -> None:
+    await sim(slow_window.address, "POST", "/reset")
+    client = model(slow_window.address, transport)
+    try:
+        await client.complete(HELLO)  # the window's one request: nothing is left for 600 s
+        with pytest.raises(ModelUnavailable) as info:
+            await client.complete(ModelRequest(HELLO.messages, [], False, 5))
+    finally:
+        await client.close()
+    assert info.value.code == PACING_WAIT and "not sent" in info.value.message
+    assert (await sim(slow_window.address, "GET", "/stats"))["requests"] == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_after_a_429_every_call_waits_out_its_retry_after(fresh: str, transport: str) -> None:
+    body = '{"error": {"message": "Rate limit reached", "type": "requests"}}'
+    fault = {"kind": "raw", "status": 429, "body": body, "headers": {"retry-after": "600"}}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{fresh}/sim/faults", json={"faults": [fault]}) as response,
+    ):
+        response.raise_for_status()
+    client = model(fresh, transport)
+    try:
+        with pytest.raises(ModelUnavailable) as first:
+            await client.complete(HELLO)
+        with pytest.raises(ModelUnavailable) as second:
+            await client.complete(HELLO)
+    finally:
+        await client.close()
+    assert first.value.code == "model_rate_limited" and first.value.retry_after == 600
+    assert second.value.code == PACING_WAIT
+    assert (await sim(fresh, "GET", "/stats"))["requests"] == 1
+
+
+# -- through a sidecar -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
+    fresh: str, tmp_path: Path, transport: str
+) -> None:
+    config = testing.sidecar_config(fresh, {})
+    config["model"].update(transport=transport, retry={"max_attempts": 1})
+    with testing.sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+
+            async def run() -> agent_pb2.RunResult:
+                session = await client.create_session()
+                return (await client.run(session.session_id, "hello", timeout=30)).result
+
+            await run()
+            results = await asyncio.gather(*(run() for _ in range(BURST)))
+    assert [r.stop_reason for r in results] == [agent_pb2.STOP_REASON_ANSWERED] * BURST
+    assert "429" not in (await sim(fresh, "GET", "/stats"))["by_status"]
+    pacing = [
+        stage
+        for r in results
+        for stage in r.timeline.stages
+        if stage.name == "model_pacing" and stage.kind == agent_pb2.STAGE_KIND_QUEUE
+    ]
+    assert len(pacing) >= BURST - LIMIT
+    assert all(stage.duration.ToTimedelta().total_seconds() > 0 for stage in pacing)
+
+
+async def test_a_run_that_cannot_wait_for_the_rate_limit_fails_with_that_reason(
+    slow_window: ServerProcess, tmp_path: Path
+) -> None:
+    await sim(slow_window.address, "POST", "/reset")
+    config = testing.sidecar_config(slow_window.address, {})
+    with testing.sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            first = (await client.run(session.session_id, "hello", timeout=10)).result
+            second = (await client.run(session.session_id, "hello again", timeout=5)).result
+    assert first.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert second.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
+    assert second.error.code == PACING_WAIT and second.error.retryable
+    assert (await sim(slow_window.address, "GET", "/stats"))["requests"] == 1
