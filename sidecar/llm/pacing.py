@@ -150,7 +150,7 @@ class _Budget:
         if (
             self.remaining is not None
             and now < self.reset_at < math.inf
-            and reset_at <= self.reset_at + _SAME_WINDOW_S
+            and abs(reset_at - self.reset_at) <= _SAME_WINDOW_S
         ):
             # The same window: responses to concurrent requests arrive in any order, and
             # the lowest count is the latest one.
