@@ -316,3 +316,30 @@ async def test_a_run_that_cannot_wait_for_the_rate_limit_fails_with_that_reason(
     assert second.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
     assert second.error.code == PACING_WAIT and second.error.retryable
     assert (await sim(slow_window.address, "GET", "/stats"))["requests"] == 1
+
+
+def report(pacer: Pacer, remaining: int, reset: str) -> None:
+    ticket = pacer._admit(1, 0.0)
+    ticket.report(
+        rate_limits(
+            {
+                "x-ratelimit-limit-requests": "10",
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": reset,
+            }
+        )
+    )
+
+
+async def test_within_a_window_the_lowest_count_reported_holds() -> None:
+    pacer = Pacer()
+    report(pacer, 0, "30s")
+    report(pacer, 3, "30s")  # an earlier request's answer, arriving late
+    assert pacer.delay(1) > 29
+
+
+async def test_a_sooner_reset_replaces_the_one_known() -> None:
+    pacer = Pacer()
+    report(pacer, 0, "10m")
+    report(pacer, 3, "1s")
+    assert pacer.delay(1) == 0
