@@ -13,6 +13,7 @@ import os
 import selectors
 import ssl
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.llm.pacing import Pacers
 from sidecar.testing import ServerProcess
-from tests.llm.certs import Pki, make_pki
+from sidecar.testing.certs import TestCA
 
 HERE = Path(__file__).parent
 TRANSPORTS = ["direct", "sdk"]
@@ -62,9 +63,39 @@ class Proxy:
         return lines
 
 
+@dataclass(frozen=True)
+class Pki:
+    """A private CA's files: nothing of the system's trust store trusts them."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    """A client certificate of the same CA, common name ``model-client``."""
+    client_key: Path
+    client_combined: Path
+    """The client certificate and its key in one file."""
+    other_ca: Path
+    """A CA that signed nothing here."""
+
+
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+    directory = tmp_path_factory.mktemp("pki")
+    ca = TestCA(directory / "ca", "model-endpoint-ca")
+    server = ca.issue("model-endpoint")
+    client = ca.issue("model-client", client=True)
+    combined = directory / "client-combined.pem"
+    combined.write_bytes(Path(client.cert_file).read_bytes() + Path(client.key_file).read_bytes())
+    return Pki(
+        ca=Path(ca.ca_file),
+        server_cert=Path(server.cert_file),
+        server_key=Path(server.key_file),
+        client_cert=Path(client.cert_file),
+        client_key=Path(client.key_file),
+        client_combined=combined,
+        other_ca=Path(TestCA(directory / "other", "a-ca-that-signed-nothing-here").ca_file),
+    )
 
 
 @pytest.fixture(scope="module")
