@@ -29,7 +29,7 @@ import base64
 import contextlib
 import math
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Protocol
@@ -64,7 +64,6 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 model."""
 _KEEPALIVE_S = 15.0  # how long an idle connection is kept; servers close theirs after 5-75 s
 _TAIL_S = 2.0  # how long the rest of a body read to its last event may take to arrive
-_TAIL_WAIT_S = 0.05  # how long the caller waits for it before it is read in the background
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 498, 500, 502, 503, 504})
 _REJECTED_CODES = {
     401: "model_unauthenticated",
@@ -267,25 +266,34 @@ def _sdk_error(exc: BaseException) -> ModelUnavailable:
 
 class _Tails:
     """The rest of bodies whose reader stopped at their last event: a stream's ``[DONE]``
-    comes just before the body's end, which usually follows within microseconds. It is read
-    before the call returns, so the connection is kept for the next request instead of
-    closed; when it takes longer than a moment, in the background."""
+    comes just before the body's end, which follows within microseconds. It is read in
+    the background, so the connection goes back to the pool for the next request instead
+    of being closed, and the call returns without waiting for it (nothing else of the run
+    gets to run in between, as it would if the call waited)."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], Callable[[], Awaitable[None]]] = {}
 
-    async def read(self, rest: Coroutine[Any, Any, None]) -> None:
+    def read(self, rest: Coroutine[Any, Any, None], abandon: Callable[[], Awaitable[None]]) -> None:
+        """Run ``rest`` in the background; ``abandon`` closes the response if it cannot."""
         task = asyncio.get_running_loop().create_task(rest)
-        done, _ = await asyncio.wait((task,), timeout=_TAIL_WAIT_S)
-        if not done:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = abandon
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
+        pending = dict(self._tasks)
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
+        for abandon in pending.values():
+            await abandon()  # a task cancelled before it began never closed its response
+
+
+def _closer(response: aiohttp.ClientResponse) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        response.close()
+
+    return close
 
 
 async def _direct_tail(response: aiohttp.ClientResponse) -> None:
@@ -398,7 +406,7 @@ class DirectTransport:
             if response.content.is_eof():
                 response.release()  # the connection goes back to the pool
             else:
-                await self._tails.read(_direct_tail(response))
+                self._tails.read(_direct_tail(response), _closer(response))
         except TimeoutError:
             raise _timed_out() from None
         except aiohttp.ClientHttpProxyError as exc:
@@ -519,7 +527,7 @@ class SdkTransport:
                 await response.aclose()
                 raise
             if wrapped.unfinished:
-                await self._tails.read(wrapped.tail())
+                self._tails.read(wrapped.tail(), response.aclose)
             else:
                 await response.aclose()
         except TimeoutError:
