@@ -17,6 +17,8 @@ the way in:
   (servers that send ``index: 0`` for every call, or no index at all), a name on a call
   whose arguments have begun starts a new call too;
 - a refusal (``message.refusal`` / ``delta.refusal``) is kept as such;
+- Groq's ``x_groq.id`` is the request id, its ``usage.total_time`` (under ``x_groq.usage``
+  when streaming) the provider's total;
 - an error inside a 200 stream (Groq's ``event: error``) is an error, and Groq's
   ``tool_use_failed`` there is :class:`~sidecar.errors.ToolUseFailed`, as its HTTP 400 form.
 """
