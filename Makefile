@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
-PROTOS := $(wildcard protos/agentsidecar/v1/*.proto)
 GEN_PY := clients/python
+# $(call buf_generate,DIR...): buf generate with the plugins of protos/buf.gen.yaml (the one
+# template of every client) that write under DIR; buf alone would run all of them.
+buf_generate = $(BUF) generate --template "$$($(PY) protos/tools/template.py $(1))"
 
 # Each client language and the chart add their targets in mk/NAME.mk, appending to
 # CLIENT_GEN (generate committed code), CLIENT_CHECK (fail when it drifts) and
@@ -78,17 +80,17 @@ bench-telemetry: install
 latency-bill: install
 	$(PY) -m bench.micro.latency_bill
 
-## proto: regenerate the Python code from protos/.
-proto: install
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(GEN_PY) --pyi_out=$(GEN_PY) \
-		--grpc_python_out=$(GEN_PY) $(PROTOS)
+## proto: regenerate the Python code (clients/python/agentsidecar/v1) from protos/.
+proto: install $(BUF)
+	rm -f $(GEN_PY)/agentsidecar/v1/*_pb2.py $(GEN_PY)/agentsidecar/v1/*_pb2.pyi \
+		$(GEN_PY)/agentsidecar/v1/*_pb2_grpc.py
+	$(call buf_generate,$(GEN_PY))
 
 ## proto-check: fail when the committed generated code differs from protos/.
-proto-check: install
-	rm -rf .gen-check && mkdir -p .gen-check
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=.gen-check --pyi_out=.gen-check \
-		--grpc_python_out=.gen-check $(PROTOS)
-	diff -r -x __init__.py -x __pycache__ -x py.typed .gen-check/agentsidecar/v1 $(GEN_PY)/agentsidecar/v1 \
+proto-check: install $(BUF)
+	rm -rf .gen-check
+	$(call buf_generate,$(GEN_PY)) --output .gen-check
+	diff -r -x __init__.py -x __pycache__ -x py.typed .gen-check/$(GEN_PY)/agentsidecar/v1 $(GEN_PY)/agentsidecar/v1 \
 		|| (echo "generated code is stale: run 'make proto' and commit" && exit 1)
 	rm -rf .gen-check
 

@@ -1,7 +1,8 @@
 # Go: the client module (clients/go) and the tool-server library (toolservers/go).
 #
-# gen-go    regenerates the committed stubs in clients/go/agentsidecarv1 with buf and the
-#           pinned protoc-gen-go / protoc-gen-go-grpc, installed into .tools/bin.
+# gen-go    regenerates the committed stubs in clients/go/agentsidecarv1 with buf and the Go
+#           plugins of protos/buf.gen.yaml: the pinned protoc-gen-go / protoc-gen-go-grpc,
+#           installed into .tools/bin.
 # check-go  generates into a scratch directory and fails when the committed stubs differ,
 #           or when a Go file is not gofmt-formatted.
 # test-go   vets both modules and runs their tests; the client's tests start the shared
@@ -12,12 +13,11 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GO_BIN := .tools/bin
 GO_PLUGIN_STAMPS := .tools/go/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) \
 	.tools/go/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-GO_GEN_TEMPLATE := protos/buf.gen.go.yaml
 GO_GEN_DIR := clients/go/agentsidecarv1
 GO_GEN_CHECK := .tools/go/gen-check
 GO_MODULES := clients/go toolservers/go
-# buf finds the local plugins on PATH; the template names them without a directory.
-GO_BUF := PATH="$(CURDIR)/$(GO_BIN):$$PATH" $(BUF) generate protos --template $(GO_GEN_TEMPLATE)
+# protos/buf.gen.yaml names the plugins by their path in .tools/bin.
+GO_BUF = $(call buf_generate,clients/go)
 
 CLIENT_GEN += gen-go
 CLIENT_CHECK += check-go
@@ -36,12 +36,12 @@ CLIENT_TEST += test-go
 	touch $@
 
 ## gen-go: regenerate the Go stubs in clients/go/agentsidecarv1 from protos/.
-gen-go: $(BUF) $(GO_PLUGIN_STAMPS)
+gen-go: install $(BUF) $(GO_PLUGIN_STAMPS)
 	rm -f $(GO_GEN_DIR)/*.pb.go
 	$(GO_BUF)
 
 ## check-go: fail when the committed Go stubs differ from protos/ or Go code is unformatted.
-check-go: $(BUF) $(GO_PLUGIN_STAMPS)
+check-go: install $(BUF) $(GO_PLUGIN_STAMPS)
 	rm -rf $(GO_GEN_CHECK) && mkdir -p $(GO_GEN_CHECK)
 	$(GO_BUF) --output $(GO_GEN_CHECK)
 	diff -r $(GO_GEN_CHECK)/$(GO_GEN_DIR) $(GO_GEN_DIR) \

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"]\n\x11ListToolsResponse\x12.\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptor\x12\x18\n\x10tool_set_version\x18\x02 \x01(\t\"\xe8\x02\n\x0eToolDescriptor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x14\n\x0cinput_schema\x18\x03 \x01(\t\x12\x15\n\routput_schema\x18\x04 \x01(\t\x12\x11\n\tread_only\x18\x05 \x01(\x08\x12\x12\n\nidempotent\x18\x06 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x07 \x01(\x08\x12\x19\n\x11requires_approval\x18\x08 \x01(\x08\x12\x11\n\tread_keys\x18\t \x03(\t\x12\x12\n\nwrite_keys\x18\n \x03(\t\x12\x32\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07version\x18\r \x01(\t\x12\x15\n\rresult_fields\x18\x0e \x03(\t\"H\n\x0f\x43\x61llToolRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"?\n\x10\x43\x61llToolResponse\x12+\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResult\"C\n\x11StreamToolRequest\x12.\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequest\"\x7f\n\x12StreamToolResponse\x12\x31\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00\x42\x07\n\x05\x65vent\"@\n\x0cToolProgress\x12\x10\n\x08progress\x18\x01 \x01(\x01\x12\r\n\x05total\x18\x02 \x01(\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9c\x01\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x06output\x18\x02 \x01(\tH\x00\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00\x12\x33\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationB\t\n\x07outcome\"J\n\tToolError\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\x8b\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x42\xb0\x01\n\x13\x64\x65v.agentsidecar.v1B\tToolProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03\x41SX\xaa\x02\x0f\x41gentSidecar.V1\xca\x02\x0f\x41gentSidecar\\V1\xea\x02\x10\x41gentSidecar::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"t\n\x11ListToolsResponse\x12\x35\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptorR\x05tools\x12(\n\x10tool_set_version\x18\x02 \x01(\tR\x0etoolSetVersion\"\x91\x04\n\x0eToolDescriptor\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12!\n\x0cinput_schema\x18\x03 \x01(\tR\x0binputSchema\x12#\n\routput_schema\x18\x04 \x01(\tR\x0coutputSchema\x12\x1b\n\tread_only\x18\x05 \x01(\x08R\x08readOnly\x12\x1e\n\nidempotent\x18\x06 \x01(\x08R\nidempotent\x12 \n\x0b\x64\x65structive\x18\x07 \x01(\x08R\x0b\x64\x65structive\x12+\n\x11requires_approval\x18\x08 \x01(\x08R\x10requiresApproval\x12\x1b\n\tread_keys\x18\t \x03(\tR\x08readKeys\x12\x1d\n\nwrite_keys\x18\n \x03(\tR\twriteKeys\x12\x42\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.DurationR\x0e\x64\x65\x66\x61ultTimeout\x12\x36\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x63\x61\x63heTtl\x12\x18\n\x07version\x18\r \x01(\tR\x07version\x12#\n\rresult_fields\x18\x0e \x03(\tR\x0cresultFields\"e\n\x0f\x43\x61llToolRequest\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"G\n\x10\x43\x61llToolResponse\x12\x33\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultR\x06result\"I\n\x11StreamToolRequest\x12\x34\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequestR\x04\x63\x61ll\"\x91\x01\n\x12StreamToolResponse\x12;\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00R\x08progress\x12\x35\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00R\x06resultB\x07\n\x05\x65vent\"Z\n\x0cToolProgress\x12\x1a\n\x08progress\x18\x01 \x01(\x01R\x08progress\x12\x14\n\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"\xc4\x01\n\nToolResult\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x18\n\x06output\x18\x02 \x01(\tH\x00R\x06output\x12\x32\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00R\x05\x65rror\x12\x44\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0fhandlerDurationB\t\n\x07outcome\"Y\n\tToolError\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKindR\x04kind\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\x8b\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x42\xb0\x01\n\x13\x64\x65v.agentsidecar.v1B\tToolProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03\x41SX\xaa\x02\x0f\x41gentSidecar.V1\xca\x02\x0f\x41gentSidecar\\V1\xea\x02\x10\x41gentSidecar::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,28 +33,28 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentsidecar.v1.tool_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\023dev.agentsidecar.v1B\tToolProtoP\001ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\242\002\003ASX\252\002\017AgentSidecar.V1\312\002\017AgentSidecar\\V1\352\002\020AgentSidecar::V1'
-  _globals['_TOOLERRORKIND']._serialized_start=1196
-  _globals['_TOOLERRORKIND']._serialized_end=1447
+  _globals['_TOOLERRORKIND']._serialized_start=1531
+  _globals['_TOOLERRORKIND']._serialized_end=1782
   _globals['_LISTTOOLSREQUEST']._serialized_start=79
   _globals['_LISTTOOLSREQUEST']._serialized_end=97
   _globals['_LISTTOOLSRESPONSE']._serialized_start=99
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=192
-  _globals['_TOOLDESCRIPTOR']._serialized_start=195
-  _globals['_TOOLDESCRIPTOR']._serialized_end=555
-  _globals['_CALLTOOLREQUEST']._serialized_start=557
-  _globals['_CALLTOOLREQUEST']._serialized_end=629
-  _globals['_CALLTOOLRESPONSE']._serialized_start=631
-  _globals['_CALLTOOLRESPONSE']._serialized_end=694
-  _globals['_STREAMTOOLREQUEST']._serialized_start=696
-  _globals['_STREAMTOOLREQUEST']._serialized_end=763
-  _globals['_STREAMTOOLRESPONSE']._serialized_start=765
-  _globals['_STREAMTOOLRESPONSE']._serialized_end=892
-  _globals['_TOOLPROGRESS']._serialized_start=894
-  _globals['_TOOLPROGRESS']._serialized_end=958
-  _globals['_TOOLRESULT']._serialized_start=961
-  _globals['_TOOLRESULT']._serialized_end=1117
-  _globals['_TOOLERROR']._serialized_start=1119
-  _globals['_TOOLERROR']._serialized_end=1193
-  _globals['_TOOLSERVICE']._serialized_start=1450
-  _globals['_TOOLSERVICE']._serialized_end=1717
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=215
+  _globals['_TOOLDESCRIPTOR']._serialized_start=218
+  _globals['_TOOLDESCRIPTOR']._serialized_end=747
+  _globals['_CALLTOOLREQUEST']._serialized_start=749
+  _globals['_CALLTOOLREQUEST']._serialized_end=850
+  _globals['_CALLTOOLRESPONSE']._serialized_start=852
+  _globals['_CALLTOOLRESPONSE']._serialized_end=923
+  _globals['_STREAMTOOLREQUEST']._serialized_start=925
+  _globals['_STREAMTOOLREQUEST']._serialized_end=998
+  _globals['_STREAMTOOLRESPONSE']._serialized_start=1001
+  _globals['_STREAMTOOLRESPONSE']._serialized_end=1146
+  _globals['_TOOLPROGRESS']._serialized_start=1148
+  _globals['_TOOLPROGRESS']._serialized_end=1238
+  _globals['_TOOLRESULT']._serialized_start=1241
+  _globals['_TOOLRESULT']._serialized_end=1437
+  _globals['_TOOLERROR']._serialized_start=1439
+  _globals['_TOOLERROR']._serialized_end=1528
+  _globals['_TOOLSERVICE']._serialized_start=1785
+  _globals['_TOOLSERVICE']._serialized_end=2052
 # @@protoc_insertion_point(module_scope)
