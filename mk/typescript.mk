@@ -24,16 +24,24 @@ $(TS_DEPS):
 	cd $(TS_DIR) && npm ci --cache $(TS_NPM_CACHE) --prefer-offline --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Generating needs only the plugin, so the package's own `npm ci && npm run build` (whose
+# generate step is `make gen-typescript`) installs once; the targets that build and test
+# here install again when the manifest or the lock file changed.
+TS_PLUGIN := $(TS_DIR)/node_modules/.bin/protoc-gen-ts_proto
+
+$(TS_PLUGIN):
+	$(MAKE) --no-print-directory $(TS_DEPS)
+
 ## gen-typescript: generate the TypeScript client's code (src/gen) from protos/ and from
 ## google/rpc's status and error details.
-gen-typescript: install $(BUF) $(TS_DEPS)
+gen-typescript: install $(BUF) $(TS_PLUGIN)
 	rm -rf $(TS_GEN)
 	$(call buf_generate,$(TS_GEN))
 	$(call buf_generate,$(TS_GEN)) $(TS_GOOGLE) \
 		--path $(TS_GOOGLE)/google/rpc/status.proto --path $(TS_GOOGLE)/google/rpc/error_details.proto
 
 ## build-typescript: generate the TypeScript client's code from protos/ and compile it.
-build-typescript: gen-typescript
+build-typescript: $(TS_DEPS) gen-typescript
 	cd $(TS_DIR) && npm run --silent compile
 
 ## test-typescript: build the TypeScript client and test it against a real sidecar.
