@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from sidecar.config import parse_config
+from sidecar.errors import StartupError
+from sidecar.security.exposure import check_exposure
 from tests.deploy.helm_chart import (
     CHART,
     RELEASE,
@@ -74,6 +76,16 @@ def test_every_scenario_renders_a_configuration_the_sidecar_accepts(
     assert config.server.host == "0.0.0.0"
     for container in sidecar_containers(scenario):
         assert config.server.port == container["ports"][0]["containerPort"]
+    # The check the sidecar makes at start on 0.0.0.0: it starts locked down (TLS and
+    # principals) or because the configuration says insecure, and for no other reason.
+    locked_down = config.server.tls is not None and bool(config.auth.principals)
+    assert config.server.insecure is not locked_down
+    warnings = check_exposure(config)
+    assert bool(warnings) is not locked_down, warnings
+    if not locked_down:
+        strict = config.server.model_copy(update={"insecure": False})
+        with pytest.raises(StartupError, match=r"server\.insecure"):
+            check_exposure(config.model_copy(update={"server": strict}))
 
 
 def test_every_probe_is_grpc_on_the_port_the_server_listens_on(
@@ -375,7 +387,7 @@ def test_pending_settings_mount_their_secrets_but_render_no_configuration_key() 
     assert volumes["tls"]["secret"]["secretName"] == "agent-sidecar-tls"
     assert volumes["auth"]["secret"]["secretName"] == "agent-sidecar-tokens"
     server = sidecar_config(docs)["server"]
-    assert set(server) == {"host", "port", "grace_period"}
+    assert set(server) == {"host", "port", "grace_period", "insecure"}
 
 
 def test_the_chart_owns_the_listen_address_and_refuses_it_under_config() -> None:

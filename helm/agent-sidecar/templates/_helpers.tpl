@@ -201,6 +201,11 @@ The sidecar's configuration file: .Values.config with the keys the chart owns se
 {{- if and .Values.auth.enabled $supports.auth }}
 {{- $_ := set $server "auth" (dict "tokens_file" (printf "%s/%s" (include "agent-sidecar.authDir" .) .Values.auth.key)) }}
 {{- end }}
+{{- /* Beyond loopback the sidecar starts only with TLS and principals, or when told it
+is insecure. */}}
+{{- if not (and .Values.tls.enabled $supports.tls .Values.auth.enabled $supports.auth) }}
+{{- $_ := set $server "insecure" true }}
+{{- end }}
 {{- if and .Values.socket.enabled $supports.unix }}
 {{- $_ := set $server "unix_socket" (printf "%s/%s" .Values.socket.directory .Values.socket.name) }}
 {{- end }}
