@@ -15,6 +15,7 @@ runs the rendered containers as local processes instead.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ import pytest
 import yaml
 from cluster import Cluster
 
+from sidecar.testing.certs import TestCA
 from tests.deploy.helm_chart import (
     CHART,
     NAMESPACE,
@@ -39,6 +41,7 @@ pytestmark = pytest.mark.timeout(300)
 
 HERE = Path(__file__).parent
 TOOLS = CHART / "ci" / "toolservers-values.yaml"
+TLS = CHART / "ci" / "tls-values.yaml"
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/warn": "restricted",
@@ -229,15 +232,20 @@ def notes(ready: Cluster, tools: dict[str, str], values: Sequence[Path]) -> str:
 
 
 def test_notes_warn_about_risky_settings(ready: Cluster, tools: dict[str, str]) -> None:
-    tls = notes(ready, tools, [CHART / "ci" / "tls-values.yaml"])
-    assert "tls.enabled, but sidecar 0.1.0 has no TLS settings yet" in tls
-    assert "NOT in effect; the port is plaintext" in tls
-    assert "callers are not authenticated" in tls
-    assert "no TLS off loopback" in tls
+    tls = notes(ready, tools, [TLS])
+    assert "TLS on port 50051 (certificate from agent-sidecar-tls, client certificates" in tls
+    assert "the probes use the plaintext health port 8086" in tls
+    assert "Principals: checkout, support-console." in tls
+    assert "Audit record: /var/log/agent-sidecar/audit.jsonl." in tls
+    for absent in ("no TLS off loopback", "anonymous", "server.insecure"):
+        assert absent not in tls
 
     simulated = notes(ready, tools, [TOOLS])
     assert "the model is the LLM simulator" in simulated
     assert "SQLite session store is on an emptyDir" in simulated
+    assert "no TLS off loopback" in simulated
+    assert "every caller is anonymous" in simulated
+    assert "server.insecure: true (it lacks TLS and principals)" in simulated
 
     classic = notes(ready, tools, [CHART / "ci" / "sidecar-classic-values.yaml"])
     assert "2 application replicas, each with its own sidecar" in classic
@@ -328,3 +336,72 @@ def test_the_existing_deployment_patch_is_accepted_by_the_server(ready: Cluster)
         "agent-sidecar-data",
         "agent-sidecar-tmp",
     }
+
+
+def test_a_locked_down_release_installs_on_secrets_of_their_real_types(
+    ready: Cluster, tools: dict[str, str], tmp_path: Path
+) -> None:
+    ns = "locked-down"
+    namespace(ready, ns)
+    ca = TestCA(tmp_path)
+    served = ca.issue("agent-sidecar", dns=(f"{RELEASE}.{ns}.svc",), ips=())
+
+    def b64(path: str) -> str:
+        return base64.b64encode(Path(path).read_bytes()).decode()
+
+    secrets = [
+        {  # what cert-manager writes: a kubernetes.io/tls Secret with the CA beside
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "agent-sidecar-tls"},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": b64(served.cert_file),
+                "tls.key": b64(served.key_file),
+                "ca.crt": b64(ca.ca_file),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "agent-sidecar-tokens"},
+            "type": "Opaque",
+            "stringData": {"support-console": "a-token-made-for-this-test"},
+        },
+    ]
+    for secret in secrets:
+        done = ready.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(secret))
+        assert done.returncode == 0, done.stderr
+    done = helm(ready, tools, "install", RELEASE, str(CHART), "-n", ns, *value_args([TLS]))
+    assert done.returncode == 0, done.stderr
+    deployment = ready.get("deployment", RELEASE, "-n", ns)
+    spec = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for name, secret in (("tls", "agent-sidecar-tls"), ("auth", "agent-sidecar-tokens")):
+        assert volumes[name]["secret"]["secretName"] == secret
+        # The Secret holds the keys the configuration names as files.
+        stored = ready.get("secret", secret, "-n", ns)
+        config = yaml.safe_load(
+            ready.get("configmap", f"{RELEASE}-config", "-n", ns)["data"]["sidecar.yaml"]
+        )
+        files = (
+            [config["server"]["tls"][k] for k in ("cert_file", "key_file", "client_ca_file")]
+            if name == "tls"
+            else [p["token_file"] for p in config["auth"]["principals"] if "token_file" in p]
+        )
+        assert {Path(f).name for f in files} == set(stored["data"]), name
+    (container,) = spec["containers"]
+    assert container["readinessProbe"]["grpc"] == {"port": 8086, "service": ""}
+    service = ready.get("service", RELEASE, "-n", ns)
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "grpc": 50051,
+        "health": 8086,
+    }
+    # The helm test pod, which checks health on the plaintext port.
+    test_pod = render_text(
+        [TLS], extra=["--show-only", "templates/tests/test-health.yaml"], namespace=ns
+    )
+    done = dry_run(ready, test_pod, ns)
+    assert done.returncode == 0, done.stderr
+    done = helm(ready, tools, "uninstall", RELEASE, "-n", ns)
+    assert done.returncode == 0, done.stderr

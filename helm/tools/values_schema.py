@@ -26,13 +26,28 @@ SCHEMA = Path(__file__).resolve().parents[1] / "agent-sidecar" / "values.schema.
 PREFIX = "config."
 """Generated definitions are named ``config.NAME`` among the schema's ``$defs``."""
 OWNED = {
-    "ServerConfig": ("host", "port"),
+    "SidecarConfig": ("auth",),
+    "ServerConfig": ("host", "port", "tls", "insecure", "health_port"),
     "SqliteConfig": ("path",),
     "TelemetryConfig": ("metrics",),
 }
-"""Keys the chart renders itself (from ``port``, the data volume and ``metrics``)."""
-DROPPED = {"MetricsConfig"}
+"""Keys the chart renders itself (from ``port``, ``tls``, ``healthPort``, ``auth``, the
+data volume and ``metrics``)."""
+DROPPED = {"MetricsConfig", "ServerTlsConfig", "AuthConfig", "AuditConfig", "PrincipalConfig"}
 """Definitions only the owned keys used."""
+CHART_PRINCIPAL = {
+    "token": {
+        "type": "boolean",
+        "description": "Authenticate with a bearer token from auth.existingSecret (default "
+        "true); false: by its certificate's san only.",
+    },
+    "tokenKey": {
+        "type": "string",
+        "description": "The key of auth.existingSecret holding its token; default: its name.",
+        "pattern": "^[-._a-zA-Z0-9]+$",
+    },
+}
+"""What a chart principal has instead of the configuration's token sources."""
 NOISE = ("title", "default")
 """Pydantic's titles repeat the key; defaults are in docs/configuration.md."""
 
@@ -41,9 +56,18 @@ def generated() -> tuple[dict[str, Any], dict[str, Any]]:
     """The schema of ``config`` and the definitions it refers to."""
     raw = SidecarConfig.model_json_schema(ref_template="#/$defs/" + PREFIX + "{model}")
     defs = raw.pop("$defs")
+    # An entry of auth.principals: the chart renders its token_file from the Secret.
+    principal = copy.deepcopy(defs["PrincipalConfig"])
+    for key in ("token_sha256", "token_env", "token_file"):
+        principal["properties"].pop(key)
+    principal["properties"].update(CHART_PRINCIPAL)
+    principal["description"] = (
+        "One caller: a token from auth.existingSecret, or its certificate's san, or both."
+    )
+    defs["ChartPrincipal"] = principal
     for name, keys in OWNED.items():
         for key in keys:
-            defs[name]["properties"].pop(key)
+            (raw if name == "SidecarConfig" else defs[name])["properties"].pop(key)
     for name in DROPPED:
         defs.pop(name)
     # A chart tool server's entry: the chart sets its name and address.
@@ -58,7 +82,8 @@ def generated() -> tuple[dict[str, Any], dict[str, Any]]:
     top = _clean(raw)
     top["description"] = (
         "The sidecar's configuration file (docs/configuration.md), less the keys the "
-        "chart sets: server.host, server.port, sessions.sqlite.path, telemetry.metrics."
+        "chart sets: server.host, server.port, server.tls, server.insecure, "
+        "server.health_port, auth, sessions.sqlite.path, telemetry.metrics."
     )
     return top, {PREFIX + name: _clean(body) for name, body in sorted(defs.items())}
 

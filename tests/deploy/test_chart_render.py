@@ -2,8 +2,9 @@
 
 Every scenario (helm/agent-sidecar/ci/*-values.yaml and the documented examples) is
 rendered with the real helm; the sidecar's configuration in its ConfigMap is checked with
-the sidecar's own validation (``sidecar.config.parse_config``), so the chart never renders
-a key the sidecar would refuse at start.
+the sidecar's own validation (``sidecar.config.parse_config``) and its start-time check of
+what the configuration exposes (``sidecar.security.exposure.check_exposure``), so the chart
+never renders a key the sidecar would refuse, nor a listen address it would not start on.
 """
 
 from __future__ import annotations
@@ -97,8 +98,15 @@ def test_every_probe_is_grpc_on_the_port_the_server_listens_on(
             if container["name"] not in ("agent-sidecar", "tool-server"):
                 continue
             grpc_port = next(p for p in container["ports"] if p["name"] == "grpc")
+            probed = grpc_port["containerPort"]
+            server = sidecar_config(scenario)["server"]
+            if container["name"] == "agent-sidecar" and "tls" in server:
+                # The kubelet's probes speak no TLS: they dial the plaintext health port.
+                health = next(p for p in container["ports"] if p["name"] == "health")
+                assert health["containerPort"] == server["health_port"] != probed
+                probed = health["containerPort"]
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                assert container[probe]["grpc"] == {"port": grpc_port["containerPort"]}, probe
+                assert container[probe]["grpc"] == {"port": probed}, probe
                 checked += 1
             if container["name"] == "tool-server":
                 args = container["args"]
@@ -126,7 +134,12 @@ def test_every_container_runs_locked_down(scenario: list[dict[str, Any]]) -> Non
                 for m in container.get("volumeMounts", [])
                 if not m.get("readOnly") and "configMap" not in volumes[m["name"]]
             }
-            allowed = {"/tmp", "/var/lib/agent-sidecar", "/var/run/agent-sidecar"}
+            allowed = {
+                "/tmp",
+                "/var/lib/agent-sidecar",
+                "/var/run/agent-sidecar",
+                "/var/log/agent-sidecar",
+            }
             assert writable <= allowed, writable
             for mount in container.get("volumeMounts", []):
                 if "secret" in volumes[mount["name"]]:
@@ -378,16 +391,112 @@ def test_metrics_are_served_on_all_interfaces_and_scraped_through_a_service_moni
     }
 
 
-def test_pending_settings_mount_their_secrets_but_render_no_configuration_key() -> None:
+def test_tls_principals_and_the_audit_record_are_rendered_from_their_secrets() -> None:
     docs = render([TLS])
-    mounts = {m["name"]: m for m in sidecar_container(docs)["volumeMounts"]}
-    assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/agent-sidecar/tls", "readOnly": True}
-    assert mounts["auth"]["mountPath"] == "/etc/agent-sidecar/auth"
+    container = sidecar_container(docs)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod_spec(one(docs, "Deployment", RELEASE))["volumes"]}
-    assert volumes["tls"]["secret"]["secretName"] == "agent-sidecar-tls"
-    assert volumes["auth"]["secret"]["secretName"] == "agent-sidecar-tokens"
-    server = sidecar_config(docs)["server"]
-    assert set(server) == {"host", "port", "grace_period", "insecure"}
+    config = sidecar_config(docs)
+    parsed = parse_config(config)
+
+    def mounted_from(path: str) -> dict[str, Any]:
+        """The volume holding ``path``, by the deepest mount above it."""
+        holders = [m for m in mounts.values() if path.startswith(m["mountPath"] + "/")]
+        mount = max(holders, key=lambda m: len(m["mountPath"]))
+        return volumes[mount["name"]]
+
+    # server.tls: the kubernetes.io/tls Secret's three keys, ca.crt as the client CA.
+    assert parsed.server.tls is not None
+    tls_files = {
+        parsed.server.tls.cert_file: "tls.crt",
+        parsed.server.tls.key_file: "tls.key",
+        parsed.server.tls.client_ca_file: "ca.crt",
+    }
+    for path, key in tls_files.items():
+        assert path is not None and Path(path).name == key
+        assert mounted_from(path)["secret"]["secretName"] == "agent-sidecar-tls"
+    assert mounts["tls"]["readOnly"] is True
+    assert parsed.server.health_port == 8086
+    assert parsed.server.insecure is False
+    # Principals: a token file per token principal, from the Secret mounted whole (no
+    # subPath), so that an update of the Secret reaches the file and rotates the token.
+    principals = {p.name: p for p in parsed.auth.principals}
+    assert set(principals) == {"checkout", "support-console"}
+    checkout, console = principals["checkout"], principals["support-console"]
+    assert checkout.token_file is None
+    assert checkout.san == "spiffe://cluster.local/ns/shop/sa/checkout"
+    assert checkout.profiles == ["default"]
+    assert checkout.quota.concurrent_runs == 20
+    assert checkout.quota.runs_per_minute == 600
+    assert console.token_file == "/etc/agent-sidecar/auth/support-console"
+    assert console.profiles == ["default", "structured"]
+    assert mounted_from(console.token_file)["secret"]["secretName"] == "agent-sidecar-tokens"
+    assert all("subPath" not in m for m in mounts.values())
+    # The audit file's directory is a writable volume of its own.
+    assert parsed.auth.audit.path == "/var/log/agent-sidecar/audit.jsonl"
+    assert mounted_from(parsed.auth.audit.path) == {"name": "audit", "emptyDir": {}}
+    assert not mounts["audit"].get("readOnly")
+    assert "token_sha256" not in str(config) and "token_env" not in str(config)
+
+
+def test_the_health_port_is_reachable_where_the_grpc_port_is_when_tls_is_on() -> None:
+    docs = render([TLS])
+    service = one(docs, "Service", RELEASE)
+    assert {"name": "health", "port": 8086, "targetPort": "health", "protocol": "TCP"} in (
+        service["spec"]["ports"]
+    )
+    (rule,) = one(docs, "NetworkPolicy", RELEASE)["spec"]["ingress"]
+    assert rule["ports"] == [
+        {"port": 50051, "protocol": "TCP"},
+        {"port": 8086, "protocol": "TCP"},
+    ]
+    # `helm test` checks health without TLS, on the health port.
+    (test_pod,) = of_kind(docs, "Pod")
+    (check,) = test_pod["spec"]["containers"]
+    assert f'wait_serving("{RELEASE}:8086"' in check["command"][-1]
+    # Without TLS there is no health port: the probes and the test use the gRPC port.
+    plain = render([TOOLS])
+    assert [p["name"] for p in one(plain, "Service", RELEASE)["spec"]["ports"]] == ["grpc"]
+    assert "health_port" not in sidecar_config(plain)["server"]
+    (plain_pod,) = of_kind(plain, "Pod")
+    assert f'wait_serving("{RELEASE}:50051"' in plain_pod["spec"]["containers"][0]["command"][-1]
+
+
+def test_without_tls_and_principals_the_configuration_says_insecure() -> None:
+    insecure = {
+        "no tls, no principals": {},
+        "tls without principals": {"tls.enabled": "true", "tls.existingSecret": "tls"},
+        "principals without tls": {
+            "auth.principals[0].name": "checkout",
+            "auth.existingSecret": "tokens",
+        },
+    }
+    for case, sets in insecure.items():
+        server = sidecar_config(render([TOOLS], sets))["server"]
+        assert server["insecure"] is True, case
+    assert "insecure" not in sidecar_config(render([TLS]))["server"]
+    # TLS and a certificate-only principal are locked down too.
+    docs = render(
+        [TLS],
+        {
+            "auth.existingSecret": "",
+            "auth.principals[1].token": "false",
+            "auth.principals[1].san": "spiffe://cluster.local/ns/ops/sa/console",
+        },
+    )
+    config = parse_config(sidecar_config(docs))
+    assert config.server.insecure is False
+    assert [p.token_file for p in config.auth.principals] == [None, None]
+    assert "auth" not in {m["name"] for m in sidecar_container(docs)["volumeMounts"]}
+
+
+def test_an_audit_record_on_stdout_or_the_data_volume_needs_no_volume_of_its_own() -> None:
+    for path in ("-", "/var/lib/agent-sidecar/audit.jsonl"):
+        docs = render([TLS], {"auth.audit.path": path})
+        assert sidecar_config(docs)["auth"]["audit"] == {"path": path}
+        assert "audit" not in {m["name"] for m in sidecar_container(docs)["volumeMounts"]}
+    docs = render([TLS], {"auth.audit.path": ""})
+    assert "audit" not in sidecar_config(docs)["auth"]
 
 
 def test_the_chart_owns_the_listen_address_and_refuses_it_under_config() -> None:
@@ -412,6 +521,38 @@ def test_settings_that_cannot_work_are_refused_with_what_to_do() -> None:
             "postgres.existingSecret",
         ),
         "tls without a secret": ({"tls.enabled": "true"}, "tls.enabled needs tls.existingSecret"),
+        "a token principal without the Secret": (
+            {"auth.principals[0].name": "checkout"},
+            "auth.principals[0] (checkout) authenticates with a token: set auth.existingSecret",
+        ),
+        "a principal that cannot authenticate": (
+            {"auth.principals[0].name": "checkout", "auth.principals[0].token": "false"},
+            "has token: false and no san",
+        ),
+        "a san without mutual TLS": (
+            {
+                "auth.principals[0].name": "checkout",
+                "auth.principals[0].token": "false",
+                "auth.principals[0].san": "spiffe://x/checkout",
+            },
+            "it needs tls.enabled and tls.clientAuth",
+        ),
+        "a principal name that is no Secret key": (
+            {"auth.principals[0].name": "ops@console", "auth.existingSecret": "tokens"},
+            '"ops@console" is no valid Secret key',
+        ),
+        "a token Secret nobody uses": (
+            {"auth.existingSecret": "tokens"},
+            "no entry of auth.principals uses a token",
+        ),
+        "an audit file on the configuration's volume": (
+            {"auth.audit.path": "/etc/agent-sidecar/audit.jsonl"},
+            "its directory /etc/agent-sidecar belongs to another volume",
+        ),
+        "the health port on the gRPC port": (
+            {"tls.enabled": "true", "tls.existingSecret": "t", "healthPort": "50051"},
+            "healthPort must differ from port",
+        ),
         "a socket off sidecar mode": ({"socket.enabled": "true"}, "it needs mode: sidecar"),
         "an unknown mode": ({"mode": "daemonset"}, "mode"),
         "an existing Deployment without its labels": (

@@ -20,8 +20,11 @@ Only what must differ on a laptop is rewritten, and nothing else:
   lead to one), and puts in the address of the local process that runs it;
 - file paths: every path under a volume's mountPath (the config file, the SQLite file) is
   re-rooted in a temporary directory;
-- Secrets: ``env`` entries filled from Secrets (``valueFrom``) are left out; these
-  scenarios have none, and the test checks that.
+- Secrets: the test makes their contents at run time (a CA, the sidecar's certificate,
+  callers' certificates and tokens, in the TLS scenario) and lays them out as the kubelet
+  does: each key a file in the volume, reached through the ``..data`` symlink that the
+  kubelet swaps atomically when the Secret changes; ``secretKeyRef`` variables get the
+  key's value. A Secret the test did not make fails the test.
 
 The application container of sidecar mode is the user's own image and is not run.
 """
@@ -29,20 +32,26 @@ The application container of sidecar mode is the user's own image and is not run
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import secrets
 import sys
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import grpc
 import pytest
 import yaml
 
 from agentsidecar.client import AgentClient
+from agentsidecar.errors import error_details
 from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess, start_process, wait_serving
+from sidecar.testing.certs import TestCA
 from tests.deploy.helm_chart import (
     CHART,
     NAMESPACE,
@@ -54,6 +63,7 @@ from tests.deploy.helm_chart import (
     selects,
     sidecar_config,
 )
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.timeout(900)  # the first render may build helm (make helm-path)
 
@@ -85,13 +95,22 @@ class Pod:
                 return str(self.root / path.lstrip("/"))
         return path
 
-    def mount(self, docs: list[dict[str, Any]], rewrite: dict[str, Any] | None = None) -> None:
-        """Lay out the volumes as the kubelet would (``rewrite``: config file contents)."""
+    def mount(
+        self,
+        docs: list[dict[str, Any]],
+        rewrite: dict[str, Any] | None = None,
+        secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+    ) -> None:
+        """Lay out the volumes as the kubelet would (``rewrite``: config file contents;
+        ``secrets``: the contents of the Secrets the pod mounts, by name and key)."""
         for mount in self.container.get("volumeMounts", []):
             volume = self.volumes[mount["name"]]
             target = Path(self.local_path(mount["mountPath"]))
             target.mkdir(parents=True, exist_ok=True)
-            assert "secret" not in volume, "these scenarios mount no Secret"
+            if "secret" in volume:
+                name = volume["secret"]["secretName"]
+                assert secrets is not None and name in secrets, f"no contents for Secret {name}"
+                write_secret_volume(target, secrets[name])
             if "configMap" in volume:
                 config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
                 for key, text in config_map["data"].items():
@@ -113,21 +132,55 @@ class Pod:
             out.append(self.local_path(word))
         return out
 
-    def env(self) -> dict[str, str]:
+    def env(self, secrets: Mapping[str, Mapping[str, bytes]] | None = None) -> dict[str, str]:
         env = {}
         for entry in self.container.get("env", []):
-            assert "valueFrom" not in entry, f"{self.name}: {entry['name']} comes from a Secret"
-            env[entry["name"]] = entry["value"]
+            if "valueFrom" in entry:
+                ref = entry["valueFrom"]["secretKeyRef"]
+                assert secrets is not None and ref["name"] in secrets, (
+                    f"{self.name}: {entry['name']} comes from Secret {ref['name']}, not made"
+                )
+                env[entry["name"]] = secrets[ref["name"]][ref["key"]].decode()
+            else:
+                env[entry["name"]] = entry["value"]
         return env
 
-    def start(self, log: Path) -> ServerProcess:
+    def start(
+        self, log: Path, secrets: Mapping[str, Mapping[str, bytes]] | None = None
+    ) -> ServerProcess:
         executable, *args = self.argv()
         program = BIN / executable
         assert program.is_file(), f"{self.name}: {executable} is not in {BIN}"
         with log.open("ab") as stderr:
             return start_process(
-                args, executable=str(program), env=self.env(), cwd=self.root, stderr=stderr
+                args, executable=str(program), env=self.env(secrets), cwd=self.root, stderr=stderr
             )
+
+
+def write_secret_volume(target: Path, contents: Mapping[str, bytes]) -> None:
+    """Write a Secret volume the way the kubelet's atomic writer does, or update one.
+
+    The keys' files live in a directory of their own (``..TIMESTAMP``); ``..data`` links
+    to it and each key is a link through ``..data``. An update writes a new directory and
+    renames a new ``..data`` link over the old one: readers see every old file or every
+    new one, never a mix, and a file's identity (its inode) changes.
+    """
+    previous = target / "..data"
+    old = os.readlink(previous) if previous.is_symlink() else None
+    generation = f"..{secrets.token_hex(6)}"
+    (target / generation).mkdir()
+    for key, data in contents.items():
+        (target / generation / key).write_bytes(data)
+        (target / generation / key).chmod(0o440)
+    (target / "..data_tmp").symlink_to(generation)
+    os.replace(target / "..data_tmp", previous)
+    for key in contents:
+        if not (target / key).is_symlink():
+            (target / key).symlink_to(f"..data/{key}")
+    if old is not None:
+        for leftover in (target / old).iterdir():
+            leftover.unlink()
+        (target / old).rmdir()
 
 
 def service_target(docs: list[dict[str, Any]], address: str) -> tuple[str, int]:
@@ -161,6 +214,8 @@ def local_config(pod: Pod, docs: list[dict[str, Any]], addresses: dict[str, str]
     """The ConfigMap's sidecar.yaml with the laptop's addresses and paths."""
     config = sidecar_config(docs)
     config["server"].update(host=LOCAL_HOST, port=0)
+    if "health_port" in config["server"]:
+        config["server"]["health_port"] = 0
     metrics = config.get("telemetry", {}).get("metrics")
     if metrics:
         metrics.update(host=LOCAL_HOST, port=0)
@@ -213,6 +268,35 @@ class Running:
         self.config = config
 
 
+@contextmanager
+def release(
+    docs: list[dict[str, Any]],
+    root: Path,
+    secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+) -> Iterator[Running]:
+    """Every rendered container of ``docs`` running locally, the sidecar SERVING (through
+    its probes' port); on exit the sidecar must drain to exit 0."""
+    others, sidecar_pod = runnable_pods(docs, root)
+    log = root / "stderr.log"
+    with ExitStack() as stack:
+        addresses = {}
+        for pod in others:
+            pod.mount(docs, secrets=secrets)
+            addresses[pod.name] = stack.enter_context(pod.start(log, secrets)).address
+        config = local_config(sidecar_pod, docs, addresses)
+        sidecar_pod.mount(docs, rewrite={"sidecar.yaml": config}, secrets=secrets)
+        sidecar = stack.enter_context(sidecar_pod.start(log, secrets))
+        # Where the kubelet's probes go: the plaintext health port when TLS is on.
+        probed = sidecar.announced("health on ") if "tls" in config["server"] else sidecar.address
+        try:
+            wait_serving(probed, timeout=30)
+        except TimeoutError:
+            pytest.fail(f"the sidecar never reported SERVING:\n{log.read_text()[-4000:]}")
+        yield Running(sidecar, sidecar_pod, config)
+        # The drain the pod's preStop and grace period are sized for ends cleanly.
+        assert sidecar.stop() == 0, log.read_text()[-4000:]
+
+
 SCENARIOS = ["toolservers", "sidecar-classic"]
 """The scenarios that run without a Secret: standalone with three tool servers and the
 simulator; sidecar mode (a second container) with metrics and the memory store."""
@@ -221,23 +305,8 @@ simulator; sidecar mode (a second container) with metrics and the memory store."
 @pytest.fixture
 def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
     docs = render([CHART / "ci" / f"{request.param}-values.yaml"])
-    others, sidecar_pod = runnable_pods(docs, tmp_path)
-    log = tmp_path / "stderr.log"
-    with ExitStack() as stack:
-        addresses = {}
-        for pod in others:
-            pod.mount(docs)
-            addresses[pod.name] = stack.enter_context(pod.start(log)).address
-        config = local_config(sidecar_pod, docs, addresses)
-        sidecar_pod.mount(docs, rewrite={"sidecar.yaml": config})
-        sidecar = stack.enter_context(sidecar_pod.start(log))
-        try:
-            wait_serving(sidecar.address, timeout=30)
-        except TimeoutError:
-            pytest.fail(f"the sidecar never reported SERVING:\n{log.read_text()[-4000:]}")
-        yield Running(sidecar, sidecar_pod, config)
-        # The drain the pod's preStop and grace period are sized for ends cleanly.
-        assert sidecar.stop() == 0, log.read_text()[-4000:]
+    with release(docs, tmp_path) as started:
+        yield started
 
 
 @pytest.mark.parametrize("running", SCENARIOS, indirect=True)
@@ -294,3 +363,132 @@ async def test_metrics_are_served_where_the_chart_expects_them(running: Running)
         await client.run(session.session_id, FOUNDING, timeout=30)
     text = await asyncio.to_thread(scrape, address)
     assert "agent_sidecar_run_duration_seconds" in text
+
+
+# -- the locked-down scenario (ci/tls-values.yaml): TLS, mutual TLS, principals, audit -------
+
+CHECKOUT_SAN = "spiffe://cluster.local/ns/shop/sa/checkout"
+
+
+class LockedDown:
+    """The TLS scenario running, with the certificates and tokens made for it."""
+
+    def __init__(self, running: Running, ca: TestCA, token: str, tokens_dir: Path):
+        self.running = running
+        self.address = running.sidecar.address
+        self.ca = ca
+        self.token = token
+        self.tokens_dir = tokens_dir
+        self.checkout = ca.issue("checkout", uris=(CHECKOUT_SAN,), client=True)
+        # A certificate the CA signed that names no principal: it opens the TLS
+        # connection, and only a token says who the caller is.
+        self.console = ca.issue(
+            "console", uris=("spiffe://cluster.local/ns/ops/sa/x",), client=True
+        )
+
+    def client(self, cert: Any = None, token: str | None = None) -> AgentClient:
+        return AgentClient(
+            self.address,
+            tls=True,
+            ca_file=self.ca.ca_file,
+            cert_file=cert.cert_file if cert else None,
+            key_file=cert.key_file if cert else None,
+            token=token,
+        )
+
+    def audit(self) -> list[dict[str, Any]]:
+        path = Path(self.running.config["auth"]["audit"]["path"])
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def locked_down(tmp_path: Path) -> Iterator[LockedDown]:
+    docs = render([CHART / "ci" / "tls-values.yaml"])
+    ca = TestCA(tmp_path / "ca")
+    served = ca.issue("sidecar")  # localhost and 127.0.0.1, where the test dials
+    token = secrets.token_urlsafe(24)
+    contents = {
+        "agent-sidecar-tls": {  # a kubernetes.io/tls Secret, as cert-manager writes one
+            "tls.crt": Path(served.cert_file).read_bytes(),
+            "tls.key": Path(served.key_file).read_bytes(),
+            "ca.crt": Path(ca.ca_file).read_bytes(),
+        },
+        "agent-sidecar-tokens": {"support-console": token.encode()},
+    }
+    with release(docs, tmp_path / "pods", contents) as started:
+        tokens_dir = Path(started.pod.local_path("/etc/agent-sidecar/auth"))
+        yield LockedDown(started, ca, token, tokens_dir)
+
+
+async def test_the_locked_down_release_serves_its_principals_over_mutual_tls(
+    locked_down: LockedDown,
+) -> None:
+    assert locked_down.running.config["server"]["tls"]["client_ca_file"].endswith("/ca.crt")
+    # checkout: by its certificate's SAN alone.
+    async with locked_down.client(locked_down.checkout) as checkout:
+        session = await checkout.create_session("default")
+        result = (await checkout.run(session.session_id, FOUNDING, timeout=30)).result
+        assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
+        called = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL]
+        assert {s.name for s in called} == {"get_order_status", "track_parcel"}
+        assert all(s.tool_call.status == agent_pb2.TOOL_CALL_STATUS_OK for s in called)
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await checkout.create_session("structured")  # not among its profiles
+        assert error_details(denied.value).reason == "PERMISSION_DENIED"
+    # support-console: by the token from the Secret, over TLS.
+    async with locked_down.client(locked_down.console, token=locked_down.token) as console:
+        structured = await console.create_session("structured")
+        answer = (await console.run(structured.session_id, "Say hello", timeout=30)).result.answer
+        assert yaml.safe_load(answer).keys() == {"answer"}
+        # checkout's session does not exist for another principal.
+        with pytest.raises(grpc.aio.AioRpcError) as hidden:
+            await console.get_session(session.session_id)
+        assert error_details(hidden.value).reason == "SESSION_NOT_FOUND"
+    audit = await asyncio.to_thread(locked_down.audit)
+    finished = {(e["principal"], e["stop_reason"]) for e in audit if e["event"] == "run_finished"}
+    assert finished == {("checkout", "ANSWERED"), ("support-console", "ANSWERED")}
+    assert {e["principal"] for e in audit if e["event"] == "tool_call"} == {"checkout"}
+    assert [e["error"] for e in audit if e["event"] == "call_refused"] == ["PermissionDenied"]
+
+
+async def test_the_locked_down_release_refuses_callers_it_cannot_name(
+    locked_down: LockedDown,
+) -> None:
+    # Plaintext to the TLS port, and TLS without a client certificate: no connection.
+    for client in (AgentClient(locked_down.address), locked_down.client()):
+        async with client:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await client.create_session("default", timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    # A certificate that names no principal, without a token, or with a wrong one.
+    for token in (None, "not-" + locked_down.token):
+        async with locked_down.client(locked_down.console, token=token) as stranger:
+            with pytest.raises(grpc.aio.AioRpcError) as unknown:
+                await stranger.create_session("default")
+            assert error_details(unknown.value).reason == "UNAUTHENTICATED"
+    audit = await asyncio.to_thread(locked_down.audit)
+    assert [e["event"] for e in audit] == ["auth_failed", "auth_failed"]
+    assert locked_down.token not in json.dumps(audit)
+
+
+async def test_updating_the_token_secret_rotates_the_principals_token(
+    locked_down: LockedDown,
+) -> None:
+    rotated = secrets.token_urlsafe(24)
+
+    async def accepted(token: str) -> bool:
+        async with locked_down.client(locked_down.console, token=token) as client:
+            try:
+                await client.create_session("default")
+            except grpc.aio.AioRpcError as exc:
+                assert error_details(exc).reason == "UNAUTHENTICATED"
+                return False
+            return True
+
+    assert await accepted(locked_down.token)
+    # What the kubelet does when the Secret is updated: a new generation of the files.
+    await asyncio.to_thread(
+        write_secret_volume, locked_down.tokens_dir, {"support-console": rotated.encode()}
+    )
+    await eventually(lambda: accepted(rotated), timeout=15, interval=0.2)
+    assert not await accepted(locked_down.token)

@@ -83,13 +83,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-What the sidecar of this chart's appVersion accepts in its configuration. The chart's
-values for the rest (tls, auth, socket) mount and share what they need but render no
-configuration key until the sidecar reads it: an unknown key stops the sidecar (exit 2).
-Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending settings").
+What the sidecar of this chart's appVersion accepts in its configuration. A setting it
+does not read must render no configuration key: an unknown key stops the sidecar (exit 2).
 */}}
 {{- define "agent-sidecar.supports" -}}
-{{- dict "tls" false "auth" false "unix" false | toJson }}
+{{- dict "tls" true "auth" true "unix" false | toJson }}
 {{- end }}
 
 {{/* The data directory (SQLite file) and the config file in the sidecar container. */}}
@@ -98,6 +96,36 @@ Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending s
 {{- define "agent-sidecar.configFile" -}}sidecar.yaml{{- end }}
 {{- define "agent-sidecar.tlsDir" -}}/etc/agent-sidecar/tls{{- end }}
 {{- define "agent-sidecar.authDir" -}}/etc/agent-sidecar/auth{{- end }}
+
+{{/* Whether the sidecar serves TLS: tls.enabled, and the sidecar reads server.tls. */}}
+{{- define "agent-sidecar.tlsOn" -}}
+{{- $supports := include "agent-sidecar.supports" . | fromJson }}
+{{- if and .Values.tls.enabled $supports.tls }}true{{ end }}
+{{- end }}
+
+{{/* The port the probes dial: the plaintext health port when the gRPC port serves TLS. */}}
+{{- define "agent-sidecar.probePort" -}}
+{{- if include "agent-sidecar.tlsOn" . }}{{ .Values.healthPort }}{{ else }}{{ .Values.port }}{{ end }}
+{{- end }}
+
+{{/* Whether a principal (an entry of auth.principals) authenticates with a token. */}}
+{{- define "agent-sidecar.hasToken" -}}
+{{- if or (not (hasKey . "token")) .token }}true{{ end }}
+{{- end }}
+
+{{/* The Secret key holding a principal's token. */}}
+{{- define "agent-sidecar.tokenKey" -}}
+{{- .tokenKey | default .name }}
+{{- end }}
+
+{{/* The audit record's volume: the directory of auth.audit.path, unless it is the data
+directory (then the record lives on the data volume); empty without a file. */}}
+{{- define "agent-sidecar.auditDir" -}}
+{{- $path := .Values.auth.audit.path }}
+{{- if and $path (ne $path "-") (ne (dir $path) (include "agent-sidecar.dataDir" .)) }}
+{{- dir $path }}
+{{- end }}
+{{- end }}
 
 {{/* The session store: sqlite, postgres or memory. */}}
 {{- define "agent-sidecar.store" -}}
@@ -154,8 +182,40 @@ Flip an entry when the sidecar gains the setting (docs/kubernetes.md, "Pending s
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.enabled needs tls.existingSecret (a kubernetes.io/tls Secret)" }}
 {{- end }}
-{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) }}
-{{- fail "auth.enabled needs auth.existingSecret (a Secret holding the tokens file)" }}
+{{- $tokens := 0 }}
+{{- range $i, $p := .Values.auth.principals }}
+{{- if include "agent-sidecar.hasToken" $p }}
+{{- $tokens = add1 $tokens }}
+{{- if not $.Values.auth.existingSecret }}
+{{- fail (printf "auth.principals[%d] (%s) authenticates with a token: set auth.existingSecret to the Secret holding one key per principal, its token (or token: false with a san for a certificate only)" $i $p.name) }}
+{{- end }}
+{{- if not (regexMatch "^[-._a-zA-Z0-9]+$" (include "agent-sidecar.tokenKey" $p)) }}
+{{- fail (printf "auth.principals[%d] (%s): %q is no valid Secret key (letters, digits, '-', '_', '.'): set tokenKey" $i $p.name (include "agent-sidecar.tokenKey" $p)) }}
+{{- end }}
+{{- else if not $p.san }}
+{{- fail (printf "auth.principals[%d] (%s) has token: false and no san: it could never authenticate" $i $p.name) }}
+{{- end }}
+{{- if and $p.san (not (and $.Values.tls.enabled $.Values.tls.clientAuth)) }}
+{{- fail (printf "auth.principals[%d] (%s) is named by a certificate's san: it needs tls.enabled and tls.clientAuth (mutual TLS)" $i $p.name) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.auth.existingSecret (not $tokens) }}
+{{- fail "auth.existingSecret holds the principals' tokens, but no entry of auth.principals uses a token" }}
+{{- end }}
+{{- $audit := .Values.auth.audit.path }}
+{{- if and $audit (ne $audit "-") }}
+{{- if not (isAbs $audit) }}
+{{- fail (printf "auth.audit.path %q: an absolute path (or - for stdout)" $audit) }}
+{{- end }}
+{{- $auditDir := dir $audit }}
+{{- range (list "/" "/tmp" (include "agent-sidecar.configDir" .) (include "agent-sidecar.tlsDir" .) (include "agent-sidecar.authDir" .) .Values.socket.directory) }}
+{{- if eq $auditDir . }}
+{{- fail (printf "auth.audit.path %q: its directory %s belongs to another volume; use %s/ or a directory of its own such as /var/log/agent-sidecar/" $audit $auditDir (include "agent-sidecar.dataDir" $)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.tls.enabled (eq (int .Values.healthPort) (int .Values.port)) }}
+{{- fail "healthPort must differ from port: with TLS on, the probes' plaintext health port is a port of its own" }}
 {{- end }}
 {{- if and .Values.socket.enabled (ne .Values.mode "sidecar") }}
 {{- fail "socket.enabled shares a Unix socket between containers of one pod: it needs mode: sidecar" }}
@@ -191,19 +251,42 @@ The sidecar's configuration file: .Values.config with the keys the chart owns se
 {{- $_ := set $server "host" "0.0.0.0" }}
 {{- $_ := set $server "port" (int .Values.port) }}
 {{- $_ := set $c "server" $server }}
-{{- if and .Values.tls.enabled $supports.tls }}
+{{- $tlsOn := include "agent-sidecar.tlsOn" . }}
+{{- if $tlsOn }}
 {{- $tls := dict "cert_file" (printf "%s/tls.crt" (include "agent-sidecar.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "agent-sidecar.tlsDir" .)) }}
 {{- if .Values.tls.clientAuth }}
 {{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" (include "agent-sidecar.tlsDir" .)) }}
 {{- end }}
 {{- $_ := set $server "tls" $tls }}
+{{- /* The kubelet's gRPC probes speak no TLS: they get a plaintext port serving health alone. */}}
+{{- $_ := set $server "health_port" (int .Values.healthPort) }}
 {{- end }}
-{{- if and .Values.auth.enabled $supports.auth }}
-{{- $_ := set $server "auth" (dict "tokens_file" (printf "%s/%s" (include "agent-sidecar.authDir" .) .Values.auth.key)) }}
+{{- $principals := list }}
+{{- if $supports.auth }}
+{{- range .Values.auth.principals }}
+{{- $entry := dict "name" .name }}
+{{- if include "agent-sidecar.hasToken" . }}
+{{- $_ := set $entry "token_file" (printf "%s/%s" (include "agent-sidecar.authDir" $) (include "agent-sidecar.tokenKey" .)) }}
+{{- end }}
+{{- with .san }}{{ $_ := set $entry "san" . }}{{ end }}
+{{- if hasKey . "profiles" }}{{ $_ := set $entry "profiles" .profiles }}{{ end }}
+{{- with .quota }}{{ $_ := set $entry "quota" . }}{{ end }}
+{{- $principals = append $principals $entry }}
+{{- end }}
+{{- $auth := dict }}
+{{- if $principals }}
+{{- $_ := set $auth "principals" $principals }}
+{{- end }}
+{{- with .Values.auth.audit.path }}
+{{- $_ := set $auth "audit" (dict "path" .) }}
+{{- end }}
+{{- if $auth }}
+{{- $_ := set $c "auth" $auth }}
+{{- end }}
 {{- end }}
 {{- /* Beyond loopback the sidecar starts only with TLS and principals, or when told it
-is insecure. */}}
-{{- if not (and .Values.tls.enabled $supports.tls .Values.auth.enabled $supports.auth) }}
+is insecure; NOTES.txt says which of the two is missing. */}}
+{{- if not (and $tlsOn $principals) }}
 {{- $_ := set $server "insecure" true }}
 {{- end }}
 {{- if and .Values.socket.enabled $supports.unix }}
@@ -272,6 +355,11 @@ ports:
   - name: grpc
     containerPort: {{ .Values.port }}
     protocol: TCP
+  {{- if include "agent-sidecar.tlsOn" . }}
+  - name: health
+    containerPort: {{ .Values.healthPort }}
+    protocol: TCP
+  {{- end }}
   {{- if .Values.metrics.enabled }}
   - name: metrics
     containerPort: {{ .Values.metrics.port }}
@@ -303,15 +391,15 @@ env:
   {{- end }}
 startupProbe:
   grpc:
-    port: {{ .Values.port }}
+    port: {{ include "agent-sidecar.probePort" . }}
   {{- toYaml .Values.probes.startup | nindent 2 }}
 readinessProbe:
   grpc:
-    port: {{ .Values.port }}
+    port: {{ include "agent-sidecar.probePort" . }}
   {{- toYaml .Values.probes.readiness | nindent 2 }}
 livenessProbe:
   grpc:
-    port: {{ .Values.port }}
+    port: {{ include "agent-sidecar.probePort" . }}
   {{- toYaml .Values.probes.liveness | nindent 2 }}
 {{- if and .Values.preStopSeconds (not (and (eq .Values.mode "sidecar") .Values.application.nativeSidecar)) }}
 lifecycle:
@@ -336,10 +424,14 @@ volumeMounts:
     mountPath: {{ include "agent-sidecar.tlsDir" . }}
     readOnly: true
   {{- end }}
-  {{- if .Values.auth.enabled }}
+  {{- if .Values.auth.existingSecret }}
   - name: auth
     mountPath: {{ include "agent-sidecar.authDir" . }}
     readOnly: true
+  {{- end }}
+  {{- with include "agent-sidecar.auditDir" . }}
+  - name: audit
+    mountPath: {{ . }}
   {{- end }}
   {{- if .Values.socket.enabled }}
   - name: socket
@@ -369,11 +461,17 @@ volumeMounts:
     secretName: {{ .Values.tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
-{{- if .Values.auth.enabled }}
+{{- if .Values.auth.existingSecret }}
+# One key per principal, its token; mounted whole (no subPath), so an update of the
+# Secret reaches the files and the sidecar rereads them: tokens rotate without a restart.
 - name: auth
   secret:
     secretName: {{ .Values.auth.existingSecret }}
     defaultMode: 0440
+{{- end }}
+{{- if include "agent-sidecar.auditDir" . }}
+- name: audit
+  {{- toYaml .Values.auth.audit.volume | nindent 2 }}
 {{- end }}
 {{- if .Values.socket.enabled }}
 - name: socket
