@@ -376,6 +376,10 @@ class ServerTlsConfig(_Strict):
     from then on, calls in flight keep theirs."""
 
 
+_MAX_SOCKET_PATH = 107
+"""Bytes of a Unix socket's path: ``sun_path`` holds 108 with the terminating NUL."""
+
+
 class ServerConfig(_Strict):
     """The sidecar's own gRPC endpoint."""
 
@@ -409,6 +413,25 @@ class ServerConfig(_Strict):
     config_watch_interval: float | None = Field(2.0, gt=0)
     """Seconds between checks of the configuration file; a changed file is reloaded
     (as on SIGHUP). ``null``: only SIGHUP reloads."""
+    unix_socket: str | None = Field(None, min_length=1)
+    """The path of a Unix domain socket the endpoint listens on besides its TCP port,
+    with the same TLS and callers, for callers on the same host or in the same pod (a
+    shared ``emptyDir``); they dial ``unix:PATH``. Created mode 0660 (the sidecar's user
+    and group); a socket left by a process that died is replaced, one a live process
+    listens on stops the sidecar at start. Unset: none."""
+
+    @field_validator("unix_socket")
+    @classmethod
+    def _socket_path(cls, path: str | None) -> str | None:
+        if path is None:
+            return None
+        if path.startswith("unix:"):
+            raise ValueError("a path, without the unix: prefix callers dial")
+        if path.endswith("/"):
+            raise ValueError("the socket's own path, not its directory")
+        if len(path.encode()) > _MAX_SOCKET_PATH:
+            raise ValueError(f"at most {_MAX_SOCKET_PATH} bytes (the limit of a socket address)")
+        return path
 
 
 class MetricsConfig(_Strict):

@@ -43,6 +43,11 @@ class ServeOptions:
         token: A bearer token every tool call must carry (the sidecar sends it with
             ``tool_servers[].token_env`` or ``token_file``); health and reflection stay
             open. Default none. On the command line: ``--token-env`` or ``--token-file``.
+        unix_socket: The path of a Unix domain socket to listen on besides the TCP port,
+            with the same TLS and token; the sidecar dials it as
+            ``tool_servers[].address: unix:PATH``. Created mode 0660; a socket left by a
+            process that died is replaced, one a live process listens on is an error.
+            Default none. On the command line: ``--unix PATH``.
     """
 
     host: str = "127.0.0.1"
@@ -57,8 +62,13 @@ class ServeOptions:
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None
     token: str | None = field(default=None, repr=False)
+    unix_socket: str | None = None
 
     def __post_init__(self) -> None:
+        if self.unix_socket is not None and (
+            not self.unix_socket or self.unix_socket.startswith("unix:")
+        ):
+            raise ValueError("unix_socket is a path, without the unix: prefix callers dial")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
@@ -107,6 +117,11 @@ def parse_serve_args(
         "--tls-client-ca",
         metavar="FILE",
         help="require callers' certificates to chain to this PEM CA (mutual TLS)",
+    )
+    parser.add_argument(
+        "--unix",
+        metavar="PATH",
+        help="also listen on this Unix domain socket (callers dial unix:PATH)",
     )
     tokens = parser.add_mutually_exclusive_group()
     tokens.add_argument(
@@ -162,6 +177,7 @@ def parse_serve_args(
             tls_key_file=args.tls_key,
             tls_client_ca_file=args.tls_client_ca,
             token=token,
+            unix_socket=args.unix,
         )
     except ValueError as exc:
         parser.error(
@@ -169,5 +185,6 @@ def parse_serve_args(
             .replace("tls_cert_file", "--tls-cert")
             .replace("tls_key_file", "--tls-key")
             .replace("tls_client_ca_file", "--tls-client-ca")
+            .replace("unix_socket", "--unix")
         )
     return options, str(args.log_level), str(args.log_format)

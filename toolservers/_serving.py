@@ -8,6 +8,9 @@ Shutdown order on SIGTERM (or SIGINT):
 2. Health turns NOT_SERVING for every service, so watchers prune this server.
 3. Running calls get the grace period to finish; a second signal ends the wait.
 4. The server stops; calls still running are cancelled.
+
+With ``unix_socket`` the server also listens on a Unix domain socket. grpc would replace
+any socket at the path, a live server's included, so nothing may answer there first.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
+import socket
+import stat
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -75,22 +81,33 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     tool_pb2_grpc.add_ToolServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     enable_reflection(server, (SERVICE_NAME, _HEALTH_SERVICE))
-    address = f"{_host_literal(options.host)}:{options.port}"
+    addresses = [f"{_host_literal(options.host)}:{options.port}"]
+    if options.unix_socket is not None:
+        addresses.append(f"unix:{options.unix_socket}")
     signals = _Signals()
     try:
-        try:
-            if options.tls_cert_file is not None and options.tls_key_file is not None:
-                credentials = server_credentials(
-                    options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file
-                )
-                port = server.add_secure_port(address, credentials)
-            else:
-                port = server.add_insecure_port(address)
-        except TlsFileError as exc:
-            raise ToolServerError(str(exc)) from None
-        except RuntimeError as exc:
-            raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
+        if options.unix_socket is not None:
+            _claim_unix_socket(options.unix_socket)
+        ports = []
+        for address in addresses:
+            try:
+                if options.tls_cert_file is not None and options.tls_key_file is not None:
+                    # Credentials of its own per port: each port's certificate fetcher
+                    # answers "unchanged" after its first load.
+                    credentials = server_credentials(
+                        options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file
+                    )
+                    ports.append(server.add_secure_port(address, credentials))
+                else:
+                    ports.append(server.add_insecure_port(address))
+            except TlsFileError as exc:
+                raise ToolServerError(str(exc)) from None
+            except RuntimeError as exc:
+                raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
+        port = ports[0]
         await server.start()
+        if options.unix_socket is not None:
+            os.chmod(options.unix_socket, 0o660)  # the server's user and group
         for service_name in ("", SERVICE_NAME):
             await health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
         if options.handle_signals:
@@ -101,6 +118,8 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         gc.collect()
         gc.freeze()
         logger.info("%s: serving %d tools on %s", server_name, len(runners), listening)
+        if options.unix_socket is not None:
+            print(f"socket on unix:{options.unix_socket}", flush=True)
         print(f"listening on {listening}", flush=True)
         await signals.first.wait()
         await _drain(server, service, health, options.grace, signals.second)
@@ -166,6 +185,31 @@ class _Signals:
         else:
             logger.info("%s: draining", sig.name)
             self.first.set()
+
+
+def _claim_unix_socket(path: str) -> None:
+    """Make way for a socket at ``path``: remove one that nothing listens on any more.
+
+    Raises:
+        ToolServerError: a live process listens there, or the path is something else.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ToolServerError(f"cannot listen on unix:{path}: it exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)  # left by a process that died without removing it
+        return
+    except OSError as exc:
+        raise ToolServerError(f"cannot listen on unix:{path}: {exc.strerror}") from None
+    finally:
+        probe.close()
+    raise ToolServerError(f"cannot listen on unix:{path}: another process listens there")
 
 
 def _host_literal(host: str) -> str:

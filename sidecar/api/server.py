@@ -11,6 +11,11 @@ client CA); every ``AgentService`` call is authenticated when ``auth.principals`
 (health and reflection stay open); the audit record is written when ``auth.audit.path``
 is set. A configuration that exposes plaintext or anonymous access beyond loopback does
 not start without ``server.insecure``.
+
+With ``server.unix_socket`` the same server (its services, TLS and callers) also listens
+on a Unix domain socket: grpc binds ``unix:PATH`` next to the TCP port. grpc itself would
+replace any socket at the path, one a live sidecar serves included, so the sidecar first
+checks that nothing answers there.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
+import socket
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,6 +137,31 @@ def _tool_versions(config: SidecarConfig) -> dict[str, list[tuple[str, float]]]:
             versions.setdefault(original.name, [(original.name, original.weight)])
             versions[original.name].append((server.name, server.weight))
     return versions
+
+
+def _claim_unix_socket(path: str) -> None:
+    """Make way for a socket at ``path``: remove one that nothing listens on any more.
+
+    Raises:
+        StartupError: a live process listens there, or the path is something else.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(f"server.unix_socket: {path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)  # left by a process that died without removing it
+        return
+    except OSError as exc:
+        raise StartupError(f"server.unix_socket: cannot check {path}: {exc.strerror}") from None
+    finally:
+        probe.close()
+    raise StartupError(f"server.unix_socket: another process listens on {path}")
 
 
 class Sidecar:
@@ -497,13 +530,28 @@ class Sidecar:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         server_config = self.config.server
-        address = f"{server_config.host}:{server_config.port}"
-        if server_config.tls is not None:
-            self.port = server.add_secure_port(address, server_credentials(server_config.tls))
-        else:
-            self.port = server.add_insecure_port(address)
+        addresses = [f"{server_config.host}:{server_config.port}"]
+        if server_config.unix_socket is not None:
+            _claim_unix_socket(server_config.unix_socket)
+            addresses.append(f"unix:{server_config.unix_socket}")
+        bound = []
+        for address in addresses:
+            try:
+                if server_config.tls is not None:
+                    # Credentials of its own per port: each port's certificate fetcher
+                    # answers "unchanged" after its first load.
+                    credentials = server_credentials(server_config.tls)
+                    bound.append(server.add_secure_port(address, credentials))
+                else:
+                    bound.append(server.add_insecure_port(address))
+            except RuntimeError:
+                raise StartupError(f"cannot listen on {address}") from None
+        self.port = bound[0]
         await server.start()
         self._server = server
+        if server_config.unix_socket is not None:
+            # Callers in other containers of the pod share the sidecar's group (fsGroup).
+            os.chmod(server_config.unix_socket, 0o660)
         if server_config.health_port is not None:
             # For probes that speak no TLS (the kubelet's): health alone, in plaintext.
             probes = grpc.aio.server()
@@ -688,6 +736,8 @@ async def serve(
         print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
     if sidecar.health_port is not None:
         print(f"health on {config.server.host}:{sidecar.health_port}", flush=True)
+    if config.server.unix_socket is not None:
+        print(f"socket on unix:{config.server.unix_socket}", flush=True)
     print(f"listening on {config.server.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
