@@ -27,12 +27,12 @@ PREFIX = "config."
 """Generated definitions are named ``config.NAME`` among the schema's ``$defs``."""
 OWNED = {
     "SidecarConfig": ("auth",),
-    "ServerConfig": ("host", "port", "tls", "insecure", "health_port"),
+    "ServerConfig": ("host", "port", "tls", "insecure", "health_port", "unix_socket"),
     "SqliteConfig": ("path",),
     "TelemetryConfig": ("metrics",),
 }
 """Keys the chart renders itself (from ``port``, ``tls``, ``healthPort``, ``auth``, the
-data volume and ``metrics``)."""
+data volume, ``socket`` and ``metrics``)."""
 DROPPED = {"MetricsConfig", "ServerTlsConfig", "AuthConfig", "AuditConfig", "PrincipalConfig"}
 """Definitions only the owned keys used."""
 CHART_PRINCIPAL = {
@@ -83,7 +83,8 @@ def generated() -> tuple[dict[str, Any], dict[str, Any]]:
     top["description"] = (
         "The sidecar's configuration file (docs/configuration.md), less the keys the "
         "chart sets: server.host, server.port, server.tls, server.insecure, "
-        "server.health_port, auth, sessions.sqlite.path, telemetry.metrics."
+        "server.health_port, server.unix_socket, auth, sessions.sqlite.path, "
+        "telemetry.metrics."
     )
     return top, {PREFIX + name: _clean(body) for name, body in sorted(defs.items())}
 

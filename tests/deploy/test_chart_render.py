@@ -310,7 +310,7 @@ def test_in_sidecar_mode_other_pods_reach_only_the_applications_ports() -> None:
     assert policy["spec"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
 
 
-def test_sidecar_mode_runs_a_native_sidecar_the_application_dials_on_loopback() -> None:
+def test_sidecar_mode_runs_a_native_sidecar_the_application_dials_on_a_shared_socket() -> None:
     docs = render([SIDECAR])
     application = one(docs, "Deployment", RELEASE)
     spec = pod_spec(application)
@@ -319,12 +319,22 @@ def test_sidecar_mode_runs_a_native_sidecar_the_application_dials_on_loopback() 
     assert sidecar["restartPolicy"] == "Always"
     assert "lifecycle" not in sidecar  # it stops after the application: no preStop delay
     (app,) = spec["containers"]
-    assert env_of(app)["AGENT_SIDECAR_ADDRESS"]["value"] == "127.0.0.1:50051"
-    # The socket directory is shared, though the sidecar listens on TCP until it reads
-    # unix: addresses (a pending setting).
-    assert {"name": "socket", "mountPath": "/var/run/agent-sidecar"} in app["volumeMounts"]
-    assert {"name": "socket", "mountPath": "/var/run/agent-sidecar"} in sidecar["volumeMounts"]
-    assert "unix_socket" not in sidecar_config(docs)["server"]
+    # The sidecar listens on a socket in a directory both containers mount from one
+    # emptyDir, and the application is given that socket's address.
+    path = parse_config(sidecar_config(docs)).server.unix_socket
+    assert path == "/var/run/agent-sidecar/sidecar.sock"
+    assert env_of(app)["AGENT_SIDECAR_ADDRESS"]["value"] == f"unix://{path}"
+    shared = {"name": "socket", "mountPath": str(Path(path).parent)}
+    assert shared in app["volumeMounts"]
+    assert shared in sidecar["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["socket"]
+    # Without socket.enabled: no socket, no shared directory, the loopback address.
+    plain = render([SIDECAR], {"socket.enabled": "false"})
+    (plain_app,) = pod_spec(one(plain, "Deployment", RELEASE))["containers"]
+    assert env_of(plain_app)["AGENT_SIDECAR_ADDRESS"]["value"] == "127.0.0.1:50051"
+    assert "volumeMounts" not in plain_app
+    assert "unix_socket" not in sidecar_config(plain)["server"]
     # The application's grace covers its own drain, then the sidecar's.
     assert spec["terminationGracePeriodSeconds"] == 5 + 10 + 20 + 5
 
@@ -403,7 +413,8 @@ def test_tls_principals_and_the_audit_record_are_rendered_from_their_secrets() -
         """The volume holding ``path``, by the deepest mount above it."""
         holders = [m for m in mounts.values() if path.startswith(m["mountPath"] + "/")]
         mount = max(holders, key=lambda m: len(m["mountPath"]))
-        return volumes[mount["name"]]
+        volume: dict[str, Any] = volumes[mount["name"]]
+        return volume
 
     # server.tls: the kubernetes.io/tls Secret's three keys, ca.crt as the client CA.
     assert parsed.server.tls is not None
@@ -502,6 +513,11 @@ def test_an_audit_record_on_stdout_or_the_data_volume_needs_no_volume_of_its_own
 def test_the_chart_owns_the_listen_address_and_refuses_it_under_config() -> None:
     with pytest.raises(RenderError, match="additional properties 'port' not allowed"):
         render([STANDALONE], {"config.server.port": "9000"})
+    for owned in ("tls.cert_file", "insecure", "health_port", "unix_socket"):
+        with pytest.raises(RenderError, match="additional properties"):
+            render([STANDALONE], {f"config.server.{owned}": "x"})
+    with pytest.raises(RenderError, match="additional properties 'auth' not allowed"):
+        render([STANDALONE], {"config.auth.audit.path": "-"})
     with pytest.raises(RenderError, match="additional properties 'modle' not allowed"):
         render([STANDALONE], {"config.model.modle": "typo"})
     with pytest.raises(RenderError, match="additional properties 'address' not allowed"):

@@ -36,6 +36,7 @@ import json
 import os
 import secrets
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -363,6 +364,32 @@ async def test_metrics_are_served_where_the_chart_expects_them(running: Running)
         await client.run(session.session_id, FOUNDING, timeout=30)
     text = await asyncio.to_thread(scrape, address)
     assert "agent_sidecar_run_duration_seconds" in text
+
+
+async def test_in_sidecar_mode_the_application_reaches_its_sidecar_on_the_shared_socket() -> None:
+    docs = render([CHART / "ci" / "sidecar-classic-values.yaml"], {"socket.enabled": "true"})
+    (application,) = [
+        c for d in of_kind(docs, "Deployment") for c in containers(d) if c["name"] == "application"
+    ]
+    address = next(e["value"] for e in application["env"] if e["name"] == "AGENT_SIDECAR_ADDRESS")
+    path = address.removeprefix("unix://")
+    assert address.startswith("unix:///") and path == sidecar_config(docs)["server"]["unix_socket"]
+    # A socket's path holds at most 107 bytes: the pod's files go under a short root.
+    with tempfile.TemporaryDirectory(prefix="pod-") as root, release(docs, Path(root)) as running:
+        # The application mounts the very volume the sidecar's socket is in, at the same path.
+        (sidecar_mount,) = [
+            m
+            for m in running.pod.container["volumeMounts"]
+            if path.startswith(m["mountPath"] + "/")
+        ]
+        assert sidecar_mount in application["volumeMounts"]
+        local = running.pod.local_path(path)
+        assert running.sidecar.announced("socket on ") == f"unix:{local}"
+        async with AgentClient(f"unix://{local}") as client:
+            session = await client.create_session("default")
+            result = (await client.run(session.session_id, FOUNDING, timeout=30)).result
+        assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
+        assert result.tool_calls == 2
 
 
 # -- the locked-down scenario (ci/tls-values.yaml): TLS, mutual TLS, principals, audit -------

@@ -87,7 +87,7 @@ What the sidecar of this chart's appVersion accepts in its configuration. A sett
 does not read must render no configuration key: an unknown key stops the sidecar (exit 2).
 */}}
 {{- define "agent-sidecar.supports" -}}
-{{- dict "tls" true "auth" true "unix" false | toJson }}
+{{- dict "tls" true "auth" true "unix" true | toJson }}
 {{- end }}
 
 {{/* The data directory (SQLite file) and the config file in the sidecar container. */}}
