@@ -28,13 +28,15 @@ from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from sidecar import testing
 from sidecar.testing import ProcessStartError, ServerProcess, start_process
-from tests.deploy.helm_chart import ROOT
+from tests.deploy.helm_chart import CHART, RELEASE, ROOT, of_kind, render
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)  # a first render may build helm (make helm-path)
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 PRODUCTION = ("sidecar", "toolserver")
 """The production targets (docs/kubernetes.md, "Images")."""
+TOOLS_VALUES = CHART / "ci" / "toolservers-values.yaml"
+TEST_POD = "templates/tests/test-health.yaml"
 SITE_PACKAGES = sysconfig.get_paths()["purelib"]
 """The dependencies, as the image's ``pip install`` puts them beside the package."""
 
@@ -233,6 +235,14 @@ async def test_the_production_install_serves_a_run_with_a_tool_server(
         )
         with installed.start("-m", "sidecar", "serve", "--config", str(config)) as side:
             testing.wait_serving(side.address)
+            # `helm test`'s pod runs its check in this image, against the Service.
+            (pod,) = of_kind(render([TOOLS_VALUES], extra=["--show-only", TEST_POD]), "Pod")
+            (check,) = pod["spec"]["containers"]
+            assert check["command"][:2] == ["python", "-c"]
+            code = check["command"][2].replace(f"{RELEASE}:50051", side.address)
+            assert side.address in code
+            helm_test = installed.run("-c", code)
+            assert helm_test.returncode == 0, helm_test.stderr
             async with AgentClient(side.address) as client:
                 session = await client.create_session("default")
                 result = await client.run(
