@@ -129,6 +129,29 @@ async def test_the_socket_serves_the_same_tls_and_callers_as_the_port(
         assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
 
 
+async def test_a_token_travels_over_the_socket_without_tls(
+    stack: dict[str, ServerProcess], socket_dir: Path, tmp_path: Path
+) -> None:
+    path = socket_dir / "sidecar.sock"
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    config = config_of(stack, unix_socket=str(path))
+    config["auth"] = {"principals": [{"name": "app", "token_file": str(token_file)}]}
+    with start(config, tmp_path, tmp_path / "log"):
+        target = f"unix:{path}"
+        testing.wait_serving(target)
+        # A socket is local, like loopback: the token may travel in plaintext there.
+        async with AgentClient(target, token=TOKEN) as app:
+            session = await app.create_session("default")
+            result = (await app.run(session.session_id, FOUNDING, timeout=30)).result
+        assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+        for token in (None, "not-" + TOKEN):
+            async with AgentClient(target, token=token) as stranger:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stranger.create_session("default")
+            assert error_details(refused.value).reason == "UNAUTHENTICATED"
+
+
 async def test_a_stale_socket_is_replaced_and_a_live_one_is_never_taken_over(
     stack: dict[str, ServerProcess], socket_dir: Path, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentsidecar.client import AgentClient
-from agentsidecar.v1 import agent_pb2
+from agentsidecar.v1 import agent_pb2, tool_pb2, tool_pb2_grpc
 from sidecar import testing
 from sidecar.testing import ProcessStartError, ServerProcess
 from sidecar.testing.certs import TestCA
@@ -115,6 +115,33 @@ async def test_a_tool_server_serves_its_tls_and_token_on_the_socket_too(
                 )
         status = tool_calls(result.result)
         assert status == {"get_order_status": agent_pb2.TOOL_CALL_STATUS_OK}
+
+
+async def test_the_sidecar_sends_a_tool_servers_token_over_its_socket_without_tls(
+    sim: ServerProcess, socket_dir: Path, tmp_path: Path
+) -> None:
+    path = socket_dir / "orders.sock"
+    token = {"ORDERS_TOKEN": "orders-token-over-a-plaintext-socket"}
+    flags = ("--unix", str(path), "--token-env", "ORDERS_TOKEN")
+    with testing.tool_server("toolservers.examples.orders", *flags, env=token):
+        entry = {"name": "orders", "address": f"unix:{path}", "token_env": "ORDERS_TOKEN"}
+        config = testing.sidecar_config(sim.address, [entry])
+        with testing.sidecar(config, tmp_path, env=token) as side:
+            testing.wait_serving(side.address)
+            async with AgentClient(side.address) as client:
+                session = await client.create_session("default")
+                result = await client.run(
+                    session.session_id, "What is the status of order 20250101?", timeout=30
+                )
+        status = tool_calls(result.result)
+        assert status == {"get_order_status": agent_pb2.TOOL_CALL_STATUS_OK}
+        # Without the token the server refuses the call itself (health stays open).
+        async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await tool_pb2_grpc.ToolServiceStub(channel).ListTools(
+                    tool_pb2.ListToolsRequest(), timeout=5
+                )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_a_tool_server_replaces_a_stale_socket_and_refuses_a_live_one(
