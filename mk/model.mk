@@ -2,7 +2,8 @@
 # rate-limited endpoint with pacing on and off (docs/models.md quotes it).
 #
 # bench-model  python -m bench.micro.model_transport: writes bench/results/model_transport.json
-#              and prints the tables (about a minute). `make bench` runs it first.
+#              and prints the tables (about a minute). `make bench` runs it first and quotes
+#              them in docs/benchmarks.md.
 
 .PHONY: bench-model
 

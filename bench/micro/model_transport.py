@@ -213,27 +213,37 @@ def main() -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(results, indent=2) + "\n")
 
-    print(f"one model request, CPU of this process, {args.rounds} rounds of {args.requests}")
-    print("| transport | median µs | P99 µs | round medians µs | vs direct |")
-    print("| --- | ---: | ---: | --- | ---: |")
+    lines = [
+        f"One model request, CPU of the sending process, {args.rounds} rounds of "
+        f"{args.requests}, transports interleaved:",
+        "",
+        "| transport | median µs | P99 µs | round medians µs | vs direct |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
     for name, row in cpu.items():
         mode = name.rsplit(" ", 1)[1]
         spread = " ".join(f"{v:.0f}" for v in row["round_medians_us"])
-        print(
+        lines.append(
             f"| {name} | {row['median_us']:.0f} | {row['p99_us']:.0f} | {spread} "
             f"| {_ratio(row, cpu[f'direct {mode}'])} |"
         )
-    print(
-        f"\na burst of {args.burst} concurrent calls against {args.limit} requests "
-        f"per {args.window:g} s (429 past it)"
-    )
-    print("| pacing | requests sent | 429s | failed calls | calls that waited | burst s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    lines += [
+        "",
+        f"A burst of {args.burst} concurrent calls against {args.limit} requests "
+        f"per {args.window:g} s (429 past it):",
+        "",
+        "| pacing | requests sent | 429s | failed calls | calls that waited | burst s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, row in bursts.items():
-        print(
+        lines.append(
             f"| {name} | {row['requests']} | {row['rate_limited']} | {row['failed']} "
             f"| {row['paced_calls']} | {row['wall_s']:.2f} |"
         )
+    text = "\n".join(lines)
+    # bench.peers quotes it in docs/benchmarks.md.
+    OUT.with_suffix(".md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

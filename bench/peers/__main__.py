@@ -520,7 +520,9 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    report.write(results, Path(args.doc), Path("docs/img"))
+    micro = {name: Path(f"bench/results/{name}.md") for name in report.MICRO}
+    quoted = {name: path.read_text() for name, path in micro.items() if path.exists()}
+    report.write(results, Path(args.doc), Path("docs/img"), quoted)
     print(report.summary(results))
 
 

@@ -210,8 +210,28 @@ def _charts(results: dict[str, Any], img: Path) -> list[str]:
     return files
 
 
-def write(results: dict[str, Any], doc: Path, img: Path) -> None:
-    """Write the report and its charts."""
+# The micro benchmarks `make bench` runs before the peers, quoted from their last run
+# (bench/results/NAME.md): name -> (title, command, what it shows).
+MICRO = {
+    "model_transport": (
+        "The model transports and pacing",
+        "make bench-model",
+        "CPU per model request of each transport (docs/models.md#transports), and a burst "
+        "against a rate-limited endpoint with pacing on and off (docs/models.md#pacing).",
+    ),
+    "unix_socket": (
+        "A Unix socket against loopback TCP",
+        "make bench-unix",
+        "The same calls to one sidecar over its Unix socket (server.unix_socket) and its "
+        "TCP port, alternating (docs/kubernetes.md#the-application-on-a-unix-socket).",
+    ),
+}
+
+
+def write(
+    results: dict[str, Any], doc: Path, img: Path, micro: dict[str, str] | None = None
+) -> None:
+    """Write the report and its charts; ``micro`` holds the micro benchmarks' tables."""
     m = metrics(results)
     _charts(results, img)
     machine, versions = results["machine"], results["versions"]
@@ -368,6 +388,9 @@ def write(results: dict[str, Any], doc: Path, img: Path) -> None:
             f"Saved per run at the median: {off - on:.1f} ms.",
         ]
     out += _tiering(results)
+    for name, text in (micro or {}).items():
+        title, command, what = MICRO[name]
+        out += ["", f"## {title}", "", f"`{command}`, run just before: {what}", "", text.strip()]
     out += [
         "",
         f"Sidecar peak RSS during the run: {results.get('sidecar_peak_rss_mib', 0):.0f} MiB.",
