@@ -168,6 +168,11 @@ class StageKind(enum.IntEnum):
     OVERHEAD = 6
 
 
+MODEL_PACING = "model_pacing"
+"""The QUEUE stage of a model request held back by the endpoint's rate limits: the
+provider's wait, not the sidecar's own queueing."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ModelCallDetail:
     """Details of a MODEL_CALL stage."""

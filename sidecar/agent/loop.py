@@ -28,6 +28,7 @@ from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope, ToolCallListener
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
+    MODEL_PACING,
     BudgetOverrun,
     BudgetPolicy,
     BudgetStage,
@@ -442,7 +443,7 @@ class _Run:
         self.usage.add(response.usage)
         if response.paced > 0:
             # Held back by the endpoint's rate limits before it was sent: a stage of its own.
-            self.stages.append(Stage(StageKind.QUEUE, "model_pacing", step, start, response.paced))
+            self.stages.append(Stage(StageKind.QUEUE, MODEL_PACING, step, start, response.paced))
         self._model_stage(model, step, start, remaining, response, None)
         return response
 

@@ -25,6 +25,7 @@ __all__ = ["write_chart"]
 _STAGE_COLOURS = {
     "queue": "#9e9e9e",
     "context_build": "#8e6bbf",
+    "model_pacing": "#7fb3e8",
     "model_call": "#3b7dd8",
     "tools": "#e0913a",
     "persistence": "#4caf50",

@@ -25,7 +25,15 @@ import orjson
 __all__ = ["STAGES", "Bill", "Row", "bills", "load", "percentile", "render"]
 
 # Stage rows in the order of a run; "tools" is each step's wall time of tool calls.
-STAGES = ("queue", "context_build", "model_call", "tools", "persistence", "overhead")
+STAGES = (
+    "queue",
+    "context_build",
+    "model_pacing",
+    "model_call",
+    "tools",
+    "persistence",
+    "overhead",
+)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -124,6 +132,8 @@ class _Samples:
                 span[0] = min(span[0], start)
                 span[1] = max(span[1], start + duration)
                 continue
+            if stage.get("name") == "model_pacing":
+                kind = "model_pacing"  # the provider's wait, apart from the sidecar's queue
             self.stages[kind].append(duration)
             if kind == "model_call" and stage.get("ttft") is not None:
                 self.ttft.append(float(stage["ttft"]))

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from sidecar.types import (
+    MODEL_PACING,
     BreakerState,
     BudgetOverrun,
     ModelCallDetail,
@@ -63,7 +64,15 @@ _OWN_STAGES = (
 
 
 class _ProfileSeries:
-    __slots__ = ("_metrics", "_profile", "_stops", "in_flight", "run_duration", "stages")
+    __slots__ = (
+        "_metrics",
+        "_profile",
+        "_stops",
+        "in_flight",
+        "pacing",
+        "run_duration",
+        "stages",
+    )
 
     def __init__(self, metrics: Metrics, profile: str) -> None:
         self._metrics = metrics
@@ -73,6 +82,7 @@ class _ProfileSeries:
         self.stages = {
             kind: metrics.stage_duration.labels(profile, kind.name.lower()) for kind in _OWN_STAGES
         }
+        self.pacing = metrics.model_pacing.labels(profile)
         self._stops: dict[StopReason, Any] = {}
 
     def stopped(self, reason: StopReason) -> Any:
@@ -162,6 +172,13 @@ class Metrics:
             "Wall time of one tool call as the sidecar saw it, retries included.",
             ["profile", "tool"],
             buckets=_TOOL_BUCKETS,
+            registry=r,
+        )
+        self.model_pacing = Histogram(
+            "agent_sidecar_model_pacing_seconds",
+            "How long model requests waited for room in the endpoint's rate limits.",
+            ["profile"],
+            buckets=_MODEL_BUCKETS,
             registry=r,
         )
         self.stage_duration = Histogram(
@@ -358,6 +375,8 @@ class Metrics:
                     t.duration.observe(stage.duration)
                     if detail.attempts > 1:
                         t.retries.inc(detail.attempts - 1)
+            elif stage.name == MODEL_PACING:  # the provider's wait, not the sidecar's queue
+                series.pacing.observe(stage.duration)
             else:
                 child = stages.get(stage.kind)
                 if child is not None:
