@@ -88,24 +88,31 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     try:
         if options.unix_socket is not None:
             _claim_unix_socket(options.unix_socket)
-        ports = []
-        for address in addresses:
-            try:
-                if options.tls_cert_file is not None and options.tls_key_file is not None:
-                    # Credentials of its own per port: each port's certificate fetcher
-                    # answers "unchanged" after its first load.
-                    credentials = server_credentials(
-                        options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file
-                    )
-                    ports.append(server.add_secure_port(address, credentials))
-                else:
-                    ports.append(server.add_insecure_port(address))
-            except TlsFileError as exc:
-                raise ToolServerError(str(exc)) from None
-            except RuntimeError as exc:
-                raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
-        port = ports[0]
-        await server.start()
+        # The socket is created without access beyond user and group (a chmod after
+        # binding would leave a moment when anyone may connect).
+        umask = os.umask(0o117) if options.unix_socket is not None else None
+        try:
+            ports = []
+            for address in addresses:
+                try:
+                    if options.tls_cert_file is not None and options.tls_key_file is not None:
+                        # Credentials of its own per port: each port's certificate fetcher
+                        # answers "unchanged" after its first load.
+                        credentials = server_credentials(
+                            options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file
+                        )
+                        ports.append(server.add_secure_port(address, credentials))
+                    else:
+                        ports.append(server.add_insecure_port(address))
+                except TlsFileError as exc:
+                    raise ToolServerError(str(exc)) from None
+                except RuntimeError as exc:
+                    raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
+            port = ports[0]
+            await server.start()
+        finally:
+            if umask is not None:
+                os.umask(umask)
         if options.unix_socket is not None:
             os.chmod(options.unix_socket, 0o660)  # the server's user and group
         for service_name in ("", SERVICE_NAME):
@@ -200,11 +207,19 @@ def _claim_unix_socket(path: str) -> None:
     if not stat.S_ISSOCK(mode):
         raise ToolServerError(f"cannot listen on unix:{path}: it exists and is not a socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)  # a live listener with a full backlog does not answer at once
     try:
         probe.connect(path)
     except ConnectionRefusedError:
-        os.unlink(path)  # left by a process that died without removing it
+        try:
+            os.unlink(path)  # left by a process that died without removing it
+        except OSError as exc:
+            raise ToolServerError(
+                f"cannot listen on unix:{path}: cannot remove the stale socket: {exc.strerror}"
+            ) from None
         return
+    except TimeoutError:
+        pass  # it listens, busy
     except OSError as exc:
         raise ToolServerError(f"cannot listen on unix:{path}: {exc.strerror}") from None
     finally:

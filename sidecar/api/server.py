@@ -152,11 +152,19 @@ def _claim_unix_socket(path: str) -> None:
     if not stat.S_ISSOCK(mode):
         raise StartupError(f"server.unix_socket: {path} exists and is not a socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)  # a live listener with a full backlog does not answer at once
     try:
         probe.connect(path)
     except ConnectionRefusedError:
-        os.unlink(path)  # left by a process that died without removing it
+        try:
+            os.unlink(path)  # left by a process that died without removing it
+        except OSError as exc:
+            raise StartupError(
+                f"server.unix_socket: {path}: cannot remove the stale socket: {exc.strerror}"
+            ) from None
         return
+    except TimeoutError:
+        pass  # it listens, busy
     except OSError as exc:
         raise StartupError(f"server.unix_socket: cannot check {path}: {exc.strerror}") from None
     finally:
@@ -218,6 +226,7 @@ class Sidecar:
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._simulator: object | None = None
+        self._simulator_url: str | None = None  # the built-in simulator's, when it runs
         self._model: Model | None = None
         self._models: dict[str, Model] = {}  # by resolved model section, each built once
         self._base_url = ""
@@ -274,7 +283,7 @@ class Sidecar:
             simulator = LLMSimulator(SimulatorOptions())
             await simulator.start("127.0.0.1", 0)
             self._simulator = simulator
-            base_url = simulator.base_url
+            base_url = self._simulator_url = simulator.base_url
             model = model.model_copy(update={"model": "llm-simulator"})
             log.warning(
                 "no %s set: using the built-in LLM simulator at %s (a simulator, not a model)",
@@ -299,6 +308,8 @@ class Sidecar:
             cert_file=model.cert_file,
             key_file=model.key_file,
             pacing=model.pacing,
+            # The built-in simulator is this process's own: never through a proxy.
+            environ={} if base_url == self._simulator_url else None,
             on_error=self.telemetry.model_error_hook(model.model),
             redact=self.redact,
         )
@@ -534,20 +545,27 @@ class Sidecar:
         if server_config.unix_socket is not None:
             _claim_unix_socket(server_config.unix_socket)
             addresses.append(f"unix:{server_config.unix_socket}")
-        bound = []
-        for address in addresses:
-            try:
-                if server_config.tls is not None:
-                    # Credentials of its own per port: each port's certificate fetcher
-                    # answers "unchanged" after its first load.
-                    credentials = server_credentials(server_config.tls)
-                    bound.append(server.add_secure_port(address, credentials))
-                else:
-                    bound.append(server.add_insecure_port(address))
-            except RuntimeError:
-                raise StartupError(f"cannot listen on {address}") from None
-        self.port = bound[0]
-        await server.start()
+        # The socket is created without access beyond user and group (a chmod after
+        # binding would leave a moment when anyone may connect).
+        umask = os.umask(0o117) if server_config.unix_socket is not None else None
+        try:
+            bound = []
+            for address in addresses:
+                try:
+                    if server_config.tls is not None:
+                        # Credentials of its own per port: each port's certificate fetcher
+                        # answers "unchanged" after its first load.
+                        credentials = server_credentials(server_config.tls)
+                        bound.append(server.add_secure_port(address, credentials))
+                    else:
+                        bound.append(server.add_insecure_port(address))
+                except RuntimeError:
+                    raise StartupError(f"cannot listen on {address}") from None
+            self.port = bound[0]
+            await server.start()
+        finally:
+            if umask is not None:
+                os.umask(umask)
         self._server = server
         if server_config.unix_socket is not None:
             # Callers in other containers of the pod share the sidecar's group (fsGroup).

@@ -7,26 +7,15 @@ explicit ``insecure: true`` that the sidecar repeats as a warning at every start
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 
+from agentsidecar.addresses import is_loopback
 from sidecar.config import SidecarConfig
 from sidecar.errors import StartupError
 
-__all__ = ["check_exposure", "is_loopback"]
+__all__ = ["check_exposure"]
 
 log = logging.getLogger(__name__)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address to bind or dial, without port) is this machine only."""
-    host = host.strip("[]")
-    if host == "localhost" or host.startswith("unix:"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _host(address: str) -> str:

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentsidecar.addresses import is_local_target, is_loopback
 from sidecar import testing
 from sidecar.config import parse_config
 from sidecar.errors import StartupError
-from sidecar.security.exposure import check_exposure, is_loopback
+from sidecar.security.exposure import check_exposure
 from sidecar.testing import ProcessStartError, ServerProcess
 from sidecar.testing.certs import TestCA
 
@@ -120,3 +121,36 @@ def test_an_exposed_sidecar_starts_only_when_protected_or_insecure_is_said(
     else:
         with pytest.raises(StartupError):
             check_exposure(config)
+
+
+_LABEL = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
+
+
+@given(st.tuples(_OCTET, _OCTET, _OCTET), st.lists(_LABEL, min_size=1, max_size=3), _OCTET)
+def test_a_host_name_that_starts_like_a_loopback_address_is_not_local(
+    octets: tuple[int, int, int], labels: list[str], port: int
+) -> None:
+    # "127.0.0.1.evil.example" and "127.evil.example" are names anyone may register.
+    name = ".".join(["127", *map(str, octets[: len(labels) % 3]), *labels])
+    assert not is_local_target(f"{name}:{port + 1}")
+    assert is_local_target("127.{}.{}.{}:{}".format(*octets, port + 1))
+
+
+@pytest.mark.parametrize(
+    ("target", "local"),
+    [
+        ("127.0.0.1:50051", True),
+        ("localhost:50051", True),
+        ("[::1]:50051", True),
+        ("unix:/run/agent-sidecar/sidecar.sock", True),
+        ("unix:///run/agent-sidecar/sidecar.sock", True),
+        ("::1", True),
+        ("127.0.0.1", True),
+        ("sidecar.example:50051", False),
+        ("[2001:db8::1]:50051", False),
+        ("dns:///127.0.0.1:50051", False),  # a resolver's target: not checked, so not local
+        ("10.0.0.1:50051", False),
+    ],
+)
+def test_local_targets(target: str, local: bool) -> None:
+    assert is_local_target(target) is local

@@ -24,15 +24,11 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentsidecar.addresses import is_local_target
 from agentsidecar.tls import channel_credentials
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 
 __all__ = ["AgentClient"]
-
-
-def _loopback(target: str) -> bool:
-    host = target.rsplit(":", 1)[0].strip("[]") if not target.startswith("unix:") else "unix"
-    return host in ("localhost", "::1", "unix") or host.startswith("127.")
 
 
 class AgentClient:
@@ -74,7 +70,7 @@ class AgentClient:
         self._auth: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
-        if token and not tls and channel is None and not _loopback(target):
+        if token and not tls and channel is None and not is_local_target(target):
             raise ValueError("a token travels only over TLS, or in plaintext to loopback")
         if channel is None:
             credentials = channel_credentials(
