@@ -31,7 +31,6 @@ it picks a status code::
     │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
     │   │   └── ToolUseFailed     the model emitted a malformed tool call (Groq's tool_use_failed)
     │   └── ModelUnavailable      429 / 498 / 5xx / connection / timeout, after retries
-    ├── HttpError                 an HTTP exchange failed below the status line
     ├── ArgumentsInvalid          a tool call's arguments do not fit its tool (for the model)
     └── BreakerOpenError          a circuit breaker refused a call; nothing was sent
 
@@ -54,7 +53,6 @@ __all__ = [
     "ConfigError",
     "Draining",
     "FieldViolation",
-    "HttpError",
     "InputTooLarge",
     "InvalidRequest",
     "MalformedRequest",
@@ -364,10 +362,6 @@ class ToolUseFailed(ModelRequestRejected):
 
 class ModelUnavailable(ModelError):
     """The provider did not answer usefully within the retries and the time allowed."""
-
-
-class HttpError(SidecarError):
-    """An HTTP exchange failed below status level: connect, connection lost, bad response."""
 
 
 # -- tools -----------------------------------------------------------------------------

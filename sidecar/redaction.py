@@ -23,6 +23,8 @@ BUILT_IN_PATTERNS = (
     r"gsk_[A-Za-z0-9]{20,}",  # Groq API keys
     r"sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",  # OpenAI / Anthropic-style API keys
     r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{12,}",  # bearer tokens in echoed headers
+    # Basic credentials in an echoed (Proxy-)Authorization header
+    r"(?i:authorization)['\"]?\s*[:=]\s*['\"]?(?i:basic)\s+[A-Za-z0-9+/=]+",
 )
 """Secret shapes redacted whatever the configuration says."""
 _MIN_SECRET = 6  # shorter "secrets" (a test's "none") would redact ordinary words

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from agentsidecar.client import AgentClient
 from sidecar import testing
 from sidecar.config import dsn_password
+from sidecar.llm.transport import proxy_secrets
 from sidecar.redaction import MARK, LogRedaction, Redactor
 from sidecar.testing import wait_serving
 from tests.support import SUPPORT
@@ -38,7 +40,7 @@ def test_a_secret_never_survives_redaction_in_any_of_its_forms(
 @given(text=st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=80))
 def test_text_without_a_secret_is_left_as_it_is(text: str) -> None:
     redact = Redactor(["correct horse battery staple"])
-    if "gsk_" in text or "sk-" in text or "earer" in text.lower():
+    if "gsk_" in text or "sk-" in text or "earer" in text.lower() or "authoriz" in text.lower():
         return
     assert redact(text) is text
 
@@ -47,6 +49,39 @@ def test_provider_keys_and_bearer_tokens_are_redacted_without_configuration() ->
     redact = Redactor()
     text = "key gsk_" + "a" * 40 + " and sk-proj-" + "b" * 30 + " and Bearer abcdefghijklmnop"
     assert redact(text) == f"key {MARK} and {MARK} and {MARK}"
+
+
+_USERINFO = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1)
+
+
+@given(
+    user=_USERINFO,
+    password=_USERINFO,
+    header=st.sampled_from(["Proxy-Authorization", "Authorization", "proxy-authorization"]),
+    shape=st.sampled_from(["'{h}': 'Basic {v}'", "{h}: Basic {v}", '"{h}":"basic {v}"']),
+)
+def test_basic_credentials_in_an_echoed_header_are_redacted_without_configuration(
+    user: str, password: str, header: str, shape: str
+) -> None:
+    # As aiohttp's and httpx's errors print the headers of the request they failed.
+    value = base64.b64encode(f"{user}:{password}".encode()).decode()
+    text = "request failed: {" + shape.format(h=header, v=value) + ", 'Accept': '*/*'}"
+    redacted = Redactor()(text)
+    assert value not in redacted
+    assert "'Accept': '*/*'" in redacted
+
+
+def test_the_credentials_of_the_proxies_the_environment_names_are_redacted() -> None:
+    environ = {
+        "HTTPS_PROXY": "http://egress:pr0xy-pass@proxy.corp:3128",
+        "http_proxy": "proxy.corp:3128",  # no credentials: nothing to redact
+        "ALL_PROXY": "user2:an0ther-pass@proxy.corp:3128",  # no scheme
+        "NO_PROXY": "user@host",  # not a proxy
+    }
+    redact = Redactor(proxy_secrets(environ))
+    basic = base64.b64encode(b"egress:pr0xy-pass").decode()
+    text = f"pr0xy-pass {basic} an0ther-pass user@host proxy.corp"
+    assert redact(text) == f"{MARK} {MARK} {MARK} user@host proxy.corp"
 
 
 def test_configured_patterns_and_the_stores_password_are_redacted() -> None:

@@ -39,6 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         secret_environment,
     )
     from sidecar.errors import ConfigError, TelemetryUnavailable
+    from sidecar.llm.transport import proxy_secrets
     from sidecar.redaction import LogRedaction, Redactor
 
     def read() -> SidecarConfig:
@@ -60,7 +61,8 @@ def _serve(args: argparse.Namespace) -> int:
         api_key = resolve_api_key(config.model, os.environ)
         dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
         tokens = secret_environment(config, os.environ)
-        redactor = Redactor([api_key, dsn_password(dsn), *tokens.values()], config.security.redact)
+        secrets = [api_key, dsn_password(dsn), *tokens.values(), *proxy_secrets(os.environ)]
+        redactor = Redactor(secrets, config.security.redact)
         for handler in logging.getLogger().handlers:
             handler.addFilter(LogRedaction(redactor))  # no secret in any log line
         _run(

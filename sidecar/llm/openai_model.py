@@ -23,10 +23,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from agentsidecar.addresses import is_loopback
 from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
@@ -105,9 +107,20 @@ class OpenAICompatibleModel:
             tls=tls_context(ca_file, cert_file, key_file),
             proxy=proxy_for(base_url, os.environ if environ is None else environ),
         )
+        parts = urlsplit(base_url)
+        if (
+            api_key
+            and parts.scheme == "http"
+            and (endpoint.proxy or not is_loopback(parts.hostname))
+        ):
+            log.warning(
+                "the model's API key goes in plaintext to %s%s: use an https endpoint",
+                parts.hostname,
+                " through the proxy" if endpoint.proxy else "",
+            )
         self._transport: Transport = open_transport(transport, endpoint)
         self._pacer: Pacer | None = (
-            (pacers or PROCESS_PACERS).get(base_url, model) if pacing else None
+            (pacers or PROCESS_PACERS).get(base_url, model, api_key) if pacing else None
         )
         self._retry = retry
         self._timeout = timeout
@@ -164,9 +177,12 @@ class OpenAICompatibleModel:
                     )
                 timeout = min(remaining, self._timeout)
                 try:
+                    sent = time.perf_counter()  # the time to the first token counts from here
                     async with self._transport.post(body, timeout) as reply:
                         request_id = reply.headers.get("x-request-id")
-                        response = await self._read(reply, request, ticket, sink, on_tool_call)
+                        response = await self._read(
+                            reply, request, ticket, sink, on_tool_call, sent
+                        )
                 except ModelError as exc:
                     if exc.code == "model_timeout" and timeout == remaining:
                         # The run's own deadline cut the request off, not a slow endpoint.
@@ -235,8 +251,10 @@ class OpenAICompatibleModel:
         ticket: Ticket | None,
         sink: TextSink,
         on_tool_call: ToolCallSink | None,
+        sent: float,
     ) -> ModelResponse:
-        """The response of one attempt, from its status and headers on."""
+        """The response of one attempt, from its status and headers on; ``sent`` is when
+        its request left (``time.perf_counter``)."""
         status = reply.status
         headers = reply.headers
         limits = rate_limits(headers, retry_after(headers) if status in (429, 503) else None)
@@ -245,7 +263,7 @@ class OpenAICompatibleModel:
         if status >= 400:
             raise status_error(status, headers, body_json(await reply.read()))
         if request.stream:
-            reader = StreamReader(sink, on_tool_call)
+            reader = StreamReader(sink, on_tool_call, started=sent)
             async for line in reply.lines():
                 reader.feed(line)
                 if reader.done:

@@ -22,6 +22,7 @@ An endpoint that sends none of these headers is never paced.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
 import time
@@ -306,13 +307,16 @@ def _too_late(wait: float, left: float) -> ModelUnavailable:
 
 
 class Pacers:
-    """One :class:`Pacer` per (endpoint, model), for every model client of the process."""
+    """One :class:`Pacer` per (endpoint, model, key), for every model client of the process."""
 
     def __init__(self) -> None:
-        self._pacers: dict[tuple[str, str], Pacer] = {}
+        self._pacers: dict[tuple[str, str, str], Pacer] = {}
 
-    def get(self, endpoint: str, model: str) -> Pacer:
-        key = (endpoint.rstrip("/"), model)
+    def get(self, endpoint: str, model: str, api_key: str | None = None) -> Pacer:
+        """The pacer of ``model`` at ``endpoint`` for ``api_key``: limits are per account
+        (a key of another organisation or project has limits of its own)."""
+        account = hashlib.sha256((api_key or "").encode()).hexdigest()
+        key = (endpoint.rstrip("/"), model, account)
         pacer = self._pacers.get(key)
         if pacer is None:
             pacer = self._pacers[key] = Pacer()

@@ -30,7 +30,7 @@ import contextlib
 import math
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -78,11 +78,11 @@ class Endpoint:
 
     base_url: str
     """The OpenAI-compatible base URL; requests go to ``{base_url}/chat/completions``."""
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     """Sent as ``Authorization: Bearer``; None sends no ``Authorization`` header."""
     tls: ssl.SSLContext
     """Whom an ``https`` endpoint is trusted as, and the client certificate, if any."""
-    proxy: str | None = None
+    proxy: str | None = field(default=None, repr=False)
     """The forward proxy's URL (credentials may be in it); None connects directly."""
 
 
@@ -152,7 +152,11 @@ def tls_context(
 def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy ``environ`` names for ``url``: ``HTTPS_PROXY`` for https, ``HTTP_PROXY``
     for http (lower case wins, as curl and Python read them), none for a host ``NO_PROXY``
-    lists (``*`` lists every host)."""
+    lists (``*`` lists every host). A proxy without a scheme is ``http://``.
+
+    Raises:
+        StartupError: the proxy is not an http or https one (``socks5://``).
+    """
     proxies: dict[str, str] = {}
     for lower_case_only in (False, True):  # a lower-case name wins over its upper case
         for name, value in environ.items():
@@ -163,6 +167,14 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if proxy is None or not parts.hostname:
         return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy  # "proxy.corp:3128", as curl reads it
+    scheme = urlsplit(proxy).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise StartupError(
+            f"the proxy for {parts.scheme} requests ({scheme}://..., from the environment's "
+            "*_PROXY variables) is not supported: only http and https proxies are"
+        )
     host = parts.hostname.lower()
     with_port = f"{host}:{parts.port}" if parts.port is not None else host
     for entry in proxies.get("no", "").split(","):
@@ -174,6 +186,21 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
         if name and any(h == name or h.endswith("." + name) for h in (host, with_port)):
             return None
     return proxy
+
+
+def proxy_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The credentials in the proxy URLs ``environ`` names (``*_PROXY``): each password,
+    its ``user:password`` and that pair as ``Proxy-Authorization`` sends it (base64), for
+    the redactor."""
+    secrets = []
+    for name, value in environ.items():
+        if not name.lower().endswith("_proxy") or name.lower() == "no_proxy" or "@" not in value:
+            continue
+        url = URL(value if "://" in value else "http://" + value)
+        if url.password:
+            pair = f"{url.user or ''}:{url.password}"
+            secrets += [url.password, pair, base64.b64encode(pair.encode()).decode()]
+    return secrets
 
 
 class _Proxy:
@@ -245,8 +272,12 @@ def _untrusted(exc: BaseException) -> ModelUnavailable | None:
 
 
 def _unreachable(exc: BaseException) -> ModelUnavailable:
+    # str(), never repr(): an aiohttp error's repr holds the request's headers, the
+    # endpoint's key and the proxy's credentials among them.
     return _untrusted(exc) or ModelUnavailable(
-        "model_unreachable", f"the model exchange failed: {exc!r}", retryable=True
+        "model_unreachable",
+        f"the model exchange failed: {type(exc).__name__}: {exc}",
+        retryable=True,
     )
 
 
@@ -401,7 +432,9 @@ class DirectTransport:
             try:
                 yield _DirectResponse(response, deadline)
             except BaseException:
-                response.close()  # abandoned mid-body: the rest would arrive unread
+                # Abandoned mid-body, the rest would arrive unread; read whole (an error
+                # status's body), aiohttp has released the connection already: no-op.
+                response.close()
                 raise
             if response.content.is_eof():
                 response.release()  # the connection goes back to the pool
@@ -532,7 +565,9 @@ class SdkTransport:
                 await response.aclose()
         except TimeoutError:
             raise _timed_out() from None
-        except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        except (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError) as exc:
+            # The SDK's aiohttp adapter lets aiohttp's own errors through (a response that
+            # is no HTTP): they are the exchange's failure all the same.
             raise _sdk_error(exc) from None
 
     async def close(self) -> None:
@@ -577,6 +612,15 @@ def status_error(status: int, headers: Mapping[str, str], body: Any) -> ModelErr
     if not isinstance(error, dict):
         error = {}
     message = str(error.get("message") or body or f"HTTP {status}")
+    if status == 407:
+        # A forward proxy's answer (to an http endpoint's request), not the endpoint's.
+        return ModelUnavailable(
+            "model_unreachable",
+            "the proxy asked for credentials (407): the proxy's URL in HTTPS_PROXY or "
+            "HTTP_PROXY needs user:password",
+            retryable=False,
+            status=status,
+        )
     if status == 400 and error.get("code") == "tool_use_failed":
         return ToolUseFailed(message, str(error.get("failed_generation") or ""))
     if status in _RETRYABLE_STATUS:

@@ -239,16 +239,21 @@ class StreamReader:
         on_text: Called with each piece of answer text.
         on_tool_call: Called with each tool call once it is complete (the stream moved on
             to the next call), before the answer ends.
+        started: When the request left (``time.perf_counter``); default: now.
     """
 
     def __init__(
         self,
         on_text: Callable[[str], None],
         on_tool_call: Callable[[ToolCall], None] | None = None,
+        *,
+        started: float | None = None,
     ) -> None:
         self._on_text = on_text
         self._on_tool_call = on_tool_call
-        self._started = time.perf_counter()
+        # When the request left (time.perf_counter): the time to the first token includes
+        # connecting, sending and the wait for the headers.
+        self._started = time.perf_counter() if started is None else started
         self.first_token: float | None = None
         self._parts: list[str] = []
         self._refusal: list[str] = []

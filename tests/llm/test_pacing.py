@@ -29,6 +29,7 @@ from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.llm.pacing import MAX_RESET_S, PACING_WAIT, Pacer, Pacers, parse_duration, rate_limits
 from sidecar.testing import ServerProcess
+from tests.support.stack import scrape
 
 TRANSPORTS = ["direct", "sdk"]
 HELLO = ModelRequest([{"role": "user", "content": "hello"}], [], False, 20)
@@ -281,6 +282,7 @@ async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
 ) -> None:
     config = testing.sidecar_config(fresh, {})
     config["model"].update(transport=transport, retry={"max_attempts": 1})
+    config["telemetry"] = {"metrics": {"enabled": True, "port": 0}}
     with testing.sidecar(config, tmp_path) as side:
         async with AgentClient(side.address) as client:
 
@@ -290,6 +292,7 @@ async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
 
             await run()
             results = await asyncio.gather(*(run() for _ in range(BURST)))
+        metrics = await scrape(side)
     assert [r.stop_reason for r in results] == [agent_pb2.STOP_REASON_ANSWERED] * BURST
     assert "429" not in (await sim(fresh, "GET", "/stats"))["by_status"]
     pacing = [
@@ -299,7 +302,16 @@ async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
         if stage.name == "model_pacing" and stage.kind == agent_pb2.STAGE_KIND_QUEUE
     ]
     assert len(pacing) >= BURST - LIMIT
-    assert all(stage.duration.ToTimedelta().total_seconds() > 0 for stage in pacing)
+    waits = [stage.duration.ToTimedelta().total_seconds() for stage in pacing]
+    assert all(wait > 0 for wait in waits)
+    # The provider's wait has a metric of its own, apart from the sidecar's queue stage.
+    profile = {"profile": "default"}
+    assert metrics.get("agent_sidecar_model_pacing_seconds_count", **profile) == len(pacing)
+    assert metrics.get("agent_sidecar_model_pacing_seconds_sum", **profile) == pytest.approx(
+        sum(waits), rel=1e-3, abs=1e-3
+    )
+    queue = metrics.get("agent_sidecar_stage_duration_seconds_sum", stage="queue", **profile)
+    assert queue < sum(waits)
 
 
 async def test_a_run_that_cannot_wait_for_the_rate_limit_fails_with_that_reason(
@@ -343,3 +355,13 @@ async def test_a_sooner_reset_replaces_the_one_known() -> None:
     report(pacer, 0, "10m")
     report(pacer, 3, "1s")
     assert pacer.delay(1) == 0
+
+
+def test_each_api_key_has_a_pacer_of_its_own() -> None:
+    # Rate limits are per account: another organisation's key has its own.
+    pacers = Pacers()
+    first = pacers.get("https://api.groq.com/openai/v1/", "m", "key-a")
+    assert pacers.get("https://api.groq.com/openai/v1", "m", "key-a") is first
+    assert pacers.get("https://api.groq.com/openai/v1", "m", "key-b") is not first
+    assert pacers.get("https://api.groq.com/openai/v1", "other", "key-a") is not first
+    assert pacers.get("https://api.groq.com/openai/v1", "m", None) is not first

@@ -8,6 +8,8 @@ The endpoint is the LLM simulator (over TLS where a test says so), the proxy is 
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
 import os
 import selectors
@@ -25,10 +27,11 @@ from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from sidecar import testing
 from sidecar.config import RetryPolicy
-from sidecar.errors import ModelUnavailable, StartupError
+from sidecar.errors import ModelError, ModelUnavailable, StartupError
 from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.llm.pacing import Pacers
+from sidecar.llm.transport import proxy_for
 from sidecar.testing import ServerProcess
 from sidecar.testing.certs import TestCA
 
@@ -200,9 +203,157 @@ async def test_the_proxy_gets_the_credentials_of_its_url_and_never_the_endpoints
         await client.complete(ModelRequest(HELLO, [], False, 10))
     finally:
         await client.close()
+    basic = "Basic " + base64.b64encode(b"egress:secret").decode()
     line = f"proxied POST {sim.address} /openai/v1/chat/completions with proxy-authorization"
-    assert proxy.seen() == [line]
+    assert proxy.seen() == [f"{line} {basic}"]  # its own, not the endpoint's key
     assert (await control(sim.address, "GET", "/stats"))["last_headers"]["authorization"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_proxy_named_without_a_scheme_is_an_http_one(
+    plain: str, sim: ServerProcess, proxy: Proxy, transport: str
+) -> None:
+    proxy.seen()
+    client = model(plain, transport, environ={"HTTP_PROXY": proxy.process.address})
+    try:
+        await client.complete(ModelRequest(HELLO, [], False, 10))
+    finally:
+        await client.close()
+    assert proxy.seen() == [f"proxied POST {sim.address} /openai/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("scheme", ["socks5", "socks5h", "socks4", "ftp"])
+def test_a_proxy_of_another_kind_stops_the_model_client_at_start(scheme: str) -> None:
+    with pytest.raises(StartupError, match="only http and https proxies") as raised:
+        model("http://llm.example/v1", "direct", environ={"ALL_PROXY": f"{scheme}://u:pw@p:1080"})
+    assert "pw" not in str(raised.value)  # the URL's credentials stay out of the message
+    assert (
+        proxy_for("https://llm.example/v1", {"HTTPS_PROXY": "p.corp:3128"}) == "http://p.corp:3128"
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_proxy_that_asks_for_credentials_is_the_proxys_error_not_the_endpoints(
+    plain: str, transport: str
+) -> None:
+    flags = [str(HERE / "forward_proxy.py"), "--basic-auth", "egress:secret"]
+    with testing.start_process(flags) as process:
+        client = model(
+            plain, transport, attempts=3, environ={"HTTP_PROXY": f"http://{process.address}"}
+        )
+        try:
+            with pytest.raises(ModelUnavailable) as raised:
+                await client.complete(ModelRequest(HELLO, [], False, 10))
+        finally:
+            await client.close()
+    assert raised.value.code == "model_unreachable"
+    assert raised.value.retryable is False  # the same request would be refused the same way
+    assert "proxy asked for credentials (407)" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("base_url", "environ", "warned"),
+    [
+        ("http://llm.internal.example/v1", {}, "to llm.internal.example: use an https"),
+        ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": "http://proxy:3128"}, "through the proxy"),
+        ("http://127.0.0.1:8000/v1", {}, None),
+        ("http://localhost:8000/v1", {}, None),
+        ("https://llm.internal.example/v1", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+    ],
+)
+def test_a_key_sent_in_plaintext_beyond_loopback_is_warned_about_at_start(
+    base_url: str, environ: dict[str, str], warned: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="sidecar.llm.openai_model"):
+        model(base_url, "direct", environ=environ)
+    lines = [r.getMessage() for r in caplog.records if "plaintext" in r.getMessage()]
+    if warned is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and warned in lines[0], lines
+        assert "test-key" not in lines[0]
+
+
+async def _garbage_server() -> tuple[asyncio.Server, str]:
+    """Answers every connection with bytes that are no HTTP response."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    return server, f"{host}:{port}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("through", ["endpoint", "proxy"])
+async def test_an_exchange_that_fails_below_the_status_line_names_no_secret(
+    transport: str, through: str
+) -> None:
+    # aiohttp's errors carry the request's headers in their repr: the endpoint's key, the
+    # proxy's credentials.
+    server, address = await _garbage_server()
+    try:
+        key = "gsk_" + "k" * 48
+        environ = {"HTTP_PROXY": f"http://egress:proxy-secret@{address}"}
+        base_url = "http://llm.example/v1" if through == "proxy" else f"http://{address}/v1"
+        client = OpenAICompatibleModel(
+            base_url=base_url,
+            api_key=key,
+            model="simulated-model",
+            retry=RetryPolicy(max_attempts=1),
+            timeout=5,
+            transport=transport,
+            environ=environ if through == "proxy" else {},
+            pacers=Pacers(),
+        )
+        try:
+            with pytest.raises(ModelUnavailable) as raised:
+                await client.complete(ModelRequest(HELLO, [], False, 10))
+        finally:
+            await client.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    message = raised.value.message
+    basic = base64.b64encode(b"egress:proxy-secret").decode()
+    for secret in (key, "proxy-secret", basic, "Authorization"):
+        assert secret not in message, message
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_error_status_leaves_its_connection_kept_alive(
+    plain: str, sim: ServerProcess, transport: str
+) -> None:
+    faults = [{"kind": "status", "status": 500}, {"kind": "status", "status": 400}]
+    await control(sim.address, "POST", "/faults", {"faults": faults})
+    client = model(plain, transport)
+    try:
+        for _ in faults:
+            with pytest.raises(ModelError):
+                await client.complete(ModelRequest(HELLO, [], False, 10))
+        await client.complete(ModelRequest(HELLO, [], True, 10))
+    finally:
+        await client.close()
+    stats = await control(sim.address, "GET", "/stats")
+    assert (stats["requests"], stats["connections"]) == (3, 1)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_time_to_the_first_token_counts_the_wait_for_the_headers(transport: str) -> None:
+    # The simulator holds its status line and headers until the first token is due, as a
+    # server (or gateway) that flushes them with the first chunk does.
+    with testing.simulator("--ttft-ms", "300") as slow:
+        client = model(f"http://{slow.address}/openai/v1", transport)
+        try:
+            response = await client.complete(ModelRequest(HELLO, [], True, 10))
+        finally:
+            await client.close()
+    assert response.time_to_first_token is not None
+    assert response.time_to_first_token >= 0.25
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
