@@ -20,8 +20,6 @@ import gc
 import logging
 import os
 import signal
-import socket
-import stat
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from agentsidecar.addresses import SOCKET_MODE, UnixSocketError, claim_unix_socket, socket_umask
 from agentsidecar.reflection import enable_reflection
 from agentsidecar.tls import TlsFileError, TokenCheck, server_credentials
 from agentsidecar.v1 import tool_pb2_grpc
@@ -87,11 +86,13 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     signals = _Signals()
     try:
         if options.unix_socket is not None:
-            _claim_unix_socket(options.unix_socket)
-        # The socket is created without access beyond user and group (a chmod after
-        # binding would leave a moment when anyone may connect).
-        umask = os.umask(0o117) if options.unix_socket is not None else None
-        try:
+            try:
+                claim_unix_socket(options.unix_socket)
+            except UnixSocketError as exc:
+                raise ToolServerError(
+                    f"cannot listen on unix:{options.unix_socket}: {exc}"
+                ) from None
+        with socket_umask(options.unix_socket is not None):
             ports = []
             for address in addresses:
                 try:
@@ -110,11 +111,8 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
                     raise ToolServerError(f"cannot listen on {address}: {exc}") from exc
             port = ports[0]
             await server.start()
-        finally:
-            if umask is not None:
-                os.umask(umask)
         if options.unix_socket is not None:
-            os.chmod(options.unix_socket, 0o660)  # the server's user and group
+            os.chmod(options.unix_socket, SOCKET_MODE)  # the server's user and group
         for service_name in ("", SERVICE_NAME):
             await health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
         if options.handle_signals:
@@ -192,39 +190,6 @@ class _Signals:
         else:
             logger.info("%s: draining", sig.name)
             self.first.set()
-
-
-def _claim_unix_socket(path: str) -> None:
-    """Make way for a socket at ``path``: remove one that nothing listens on any more.
-
-    Raises:
-        ToolServerError: a live process listens there, or the path is something else.
-    """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ToolServerError(f"cannot listen on unix:{path}: it exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)  # a live listener with a full backlog does not answer at once
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        try:
-            os.unlink(path)  # left by a process that died without removing it
-        except OSError as exc:
-            raise ToolServerError(
-                f"cannot listen on unix:{path}: cannot remove the stale socket: {exc.strerror}"
-            ) from None
-        return
-    except TimeoutError:
-        pass  # it listens, busy
-    except OSError as exc:
-        raise ToolServerError(f"cannot listen on unix:{path}: {exc.strerror}") from None
-    finally:
-        probe.close()
-    raise ToolServerError(f"cannot listen on unix:{path}: another process listens there")
 
 
 def _host_literal(host: str) -> str:

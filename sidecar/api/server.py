@@ -26,8 +26,6 @@ import gc
 import logging
 import os
 import signal
-import socket
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agentsidecar.addresses import SOCKET_MODE, UnixSocketError, claim_unix_socket, socket_umask
 from agentsidecar.reflection import enable_reflection
 from agentsidecar.v1 import agent_pb2, tool_pb2
 from sidecar.agent.agent import Agent
@@ -137,39 +136,6 @@ def _tool_versions(config: SidecarConfig) -> dict[str, list[tuple[str, float]]]:
             versions.setdefault(original.name, [(original.name, original.weight)])
             versions[original.name].append((server.name, server.weight))
     return versions
-
-
-def _claim_unix_socket(path: str) -> None:
-    """Make way for a socket at ``path``: remove one that nothing listens on any more.
-
-    Raises:
-        StartupError: a live process listens there, or the path is something else.
-    """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise StartupError(f"server.unix_socket: {path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)  # a live listener with a full backlog does not answer at once
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        try:
-            os.unlink(path)  # left by a process that died without removing it
-        except OSError as exc:
-            raise StartupError(
-                f"server.unix_socket: {path}: cannot remove the stale socket: {exc.strerror}"
-            ) from None
-        return
-    except TimeoutError:
-        pass  # it listens, busy
-    except OSError as exc:
-        raise StartupError(f"server.unix_socket: cannot check {path}: {exc.strerror}") from None
-    finally:
-        probe.close()
-    raise StartupError(f"server.unix_socket: another process listens on {path}")
 
 
 class Sidecar:
@@ -543,12 +509,12 @@ class Sidecar:
         server_config = self.config.server
         addresses = [f"{server_config.host}:{server_config.port}"]
         if server_config.unix_socket is not None:
-            _claim_unix_socket(server_config.unix_socket)
+            try:
+                claim_unix_socket(server_config.unix_socket)
+            except UnixSocketError as exc:
+                raise StartupError(f"server.unix_socket: {exc}") from None
             addresses.append(f"unix:{server_config.unix_socket}")
-        # The socket is created without access beyond user and group (a chmod after
-        # binding would leave a moment when anyone may connect).
-        umask = os.umask(0o117) if server_config.unix_socket is not None else None
-        try:
+        with socket_umask(server_config.unix_socket is not None):
             bound = []
             for address in addresses:
                 try:
@@ -563,13 +529,10 @@ class Sidecar:
                     raise StartupError(f"cannot listen on {address}") from None
             self.port = bound[0]
             await server.start()
-        finally:
-            if umask is not None:
-                os.umask(umask)
         self._server = server
         if server_config.unix_socket is not None:
             # Callers in other containers of the pod share the sidecar's group (fsGroup).
-            os.chmod(server_config.unix_socket, 0o660)
+            os.chmod(server_config.unix_socket, SOCKET_MODE)
         if server_config.health_port is not None:
             # For probes that speak no TLS (the kubelet's): health alone, in plaintext.
             probes = grpc.aio.server()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentsidecar.addresses import is_local_target, is_loopback
+from agentsidecar.addresses import (
+    SOCKET_MODE,
+    UnixSocketError,
+    claim_unix_socket,
+    is_local_target,
+    is_loopback,
+    socket_umask,
+)
 from sidecar import testing
 from sidecar.config import parse_config
 from sidecar.errors import StartupError
@@ -154,3 +164,35 @@ def test_a_host_name_that_starts_like_a_loopback_address_is_not_local(
 )
 def test_local_targets(target: str, local: bool) -> None:
     assert is_local_target(target) is local
+
+
+def test_a_socket_bound_under_socket_umask_is_never_open_beyond_user_and_group(
+    tmp_path: Path,
+) -> None:
+    before = os.umask(0)  # the most permissive umask a container may run with
+    try:
+        with socket_umask():
+            with socket.socket(socket.AF_UNIX) as listener:
+                listener.bind(str(tmp_path / "s.sock"))  # what gRPC does as it adds the port
+                mode = stat.S_IMODE(os.stat(tmp_path / "s.sock").st_mode)
+        assert mode == SOCKET_MODE
+        assert os.umask(before) == 0  # restored
+    finally:
+        os.umask(before)
+
+
+def test_claiming_a_socket_path(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as gone:
+        gone.bind(str(stale))  # bound, never listening: as a killed process leaves it
+    claim_unix_socket(str(stale))
+    assert not stale.exists()
+    live = tmp_path / "live.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(live))
+        listener.listen(1)
+        with pytest.raises(UnixSocketError, match="another process listens on"):
+            claim_unix_socket(str(live))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UnixSocketError, match="exists and is not a socket"):
+        claim_unix_socket(str(tmp_path / "file"))

@@ -158,7 +158,7 @@ def test_a_tool_server_replaces_a_stale_socket_and_refuses_a_live_one(
         testing.wait_serving(f"unix:{path}")
         with pytest.raises(ProcessStartError, match="before listening"):
             testing.tool_server("toolservers.examples.orders", "--unix", str(path), stderr=stderr)
-        assert "another process listens there" in log.read_text()
+        assert "another process listens on" in log.read_text()
         testing.wait_serving(f"unix:{path}", timeout=5)  # still the first server's
 
 
