@@ -222,7 +222,7 @@ MICRO = {
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
-        "The same calls to one sidecar over its Unix socket (server.unix_socket) and its "
+        "the same calls to one sidecar over its Unix socket (server.unix_socket) and its "
         "TCP port, alternating (docs/kubernetes.md#the-application-on-a-unix-socket).",
     ),
 }
@@ -390,7 +390,8 @@ def write(
     out += _tiering(results)
     for name, text in (micro or {}).items():
         title, command, what = MICRO[name]
-        out += ["", f"## {title}", "", f"`{command}`, run just before: {what}", "", text.strip()]
+        source = f"From the last run of `{command}` (`make bench` runs it first): {what}"
+        out += ["", f"## {title}", "", source, "", text.strip()]
     out += [
         "",
         f"Sidecar peak RSS during the run: {results.get('sidecar_peak_rss_mib', 0):.0f} MiB.",
