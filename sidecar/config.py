@@ -29,6 +29,13 @@ from sidecar.errors import ConfigError
 GROQ_BASE_URL = "https://api.groq.com/openai/v1"
 
 
+def _unique(what: str, names: list[str]) -> None:
+    """Raises ValueError naming the names that occur more than once."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{what} names must be unique; repeated: {repeated}")
+
+
 class _Strict(BaseModel):
     # Unknown keys are typos more often than not: reject them.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -352,10 +359,7 @@ class ProfileConfig(_Strict):
     @field_validator("variants")
     @classmethod
     def _variants(cls, variants: list[VariantConfig]) -> list[VariantConfig]:
-        names = [v.name for v in variants]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"variant names must be unique; repeated: {repeated}")
+        _unique("variant", [v.name for v in variants])
         if variants and not any(v.weight > 0 for v in variants):
             raise ValueError("at least one variant needs a weight above 0")
         return variants
@@ -638,10 +642,7 @@ class AuthConfig(_Strict):
     @field_validator("principals")
     @classmethod
     def _unique_names(cls, principals: list[PrincipalConfig]) -> list[PrincipalConfig]:
-        names = [p.name for p in principals]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"principal names must be unique; repeated: {repeated}")
+        _unique("principal", [p.name for p in principals])
         return principals
 
 
@@ -663,10 +664,7 @@ class SidecarConfig(_Strict):
     @field_validator("tool_servers")
     @classmethod
     def _unique_server_names(cls, servers: list[ToolServerConfig]) -> list[ToolServerConfig]:
-        names = [s.name for s in servers]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"tool server names must be unique; repeated: {duplicates}")
+        _unique("tool server", [s.name for s in servers])
         return servers
 
     @model_validator(mode="after")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 import typing
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -47,11 +48,34 @@ def test_config_errors_name_every_offending_key() -> None:
     assert "modle" in message
 
 
-def test_tool_server_names_must_be_unique() -> None:
-    with pytest.raises(ConfigError, match="repeated"):
-        parse_config(
-            {"tool_servers": [{"name": "a", "address": "x:1"}, {"name": "a", "address": "y:2"}]}
-        )
+@pytest.mark.parametrize(
+    ("config", "what"),
+    [
+        (
+            {"tool_servers": [{"name": "a", "address": "x:1"}, {"name": "a", "address": "y:2"}]},
+            "tool server",
+        ),
+        (
+            {
+                "auth": {
+                    "principals": [{"name": "a", "token_env": "A"}, {"name": "a", "token_env": "B"}]
+                }
+            },
+            "principal",
+        ),
+        (
+            {
+                "profiles": {
+                    "p": {"variants": [{"name": "v", "weight": 1}, {"name": "v", "weight": 1}]}
+                }
+            },
+            "variant",
+        ),
+    ],
+)
+def test_names_must_be_unique(config: dict[str, Any], what: str) -> None:
+    with pytest.raises(ConfigError, match=f"{what} names must be unique; repeated: \\['(a|v)'\\]"):
+        parse_config(config)
 
 
 async def test_a_breaker_window_must_hold_its_failure_threshold() -> None:
