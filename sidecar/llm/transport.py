@@ -320,6 +320,19 @@ class _Tails:
             await abandon()  # a task cancelled before it began never closed its response
 
 
+async def _read_all(chunks: AsyncIterator[bytes], deadline: float) -> bytes:
+    """A whole body, by ``deadline`` (the loop's clock), at most :data:`MAX_BODY_BYTES`."""
+    parts = []
+    total = 0
+    async with asyncio.timeout_at(deadline):
+        async for chunk in chunks:
+            total += len(chunk)
+            if total > MAX_BODY_BYTES:
+                raise _too_large()
+            parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _closer(response: aiohttp.ClientResponse) -> Callable[[], Awaitable[None]]:
     async def close() -> None:
         response.close()
@@ -351,16 +364,7 @@ class _DirectResponse:
         self.headers: Mapping[str, str] = response.headers
 
     async def read(self) -> bytes:
-        content = self._response.content
-        parts = []
-        total = 0
-        async with asyncio.timeout_at(self._deadline):
-            while chunk := await content.readany():
-                total += len(chunk)
-                if total > MAX_BODY_BYTES:
-                    raise _too_large()
-                parts.append(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return await _read_all(self._response.content.iter_any(), self._deadline)
 
     async def lines(self) -> AsyncGenerator[bytes, None]:
         content = self._response.content
@@ -469,15 +473,7 @@ class _SdkResponse:
         self.headers: Mapping[str, str] = response.headers
 
     async def read(self) -> bytes:
-        parts = []
-        total = 0
-        async with asyncio.timeout_at(self._deadline):
-            async for chunk in self._response.aiter_bytes():
-                total += len(chunk)
-                if total > MAX_BODY_BYTES:
-                    raise _too_large()
-                parts.append(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return await _read_all(self._response.aiter_bytes(), self._deadline)
 
     async def lines(self) -> AsyncGenerator[bytes, None]:
         lines = self._lines = self._response.aiter_lines()

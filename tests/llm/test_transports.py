@@ -28,6 +28,7 @@ from agentsidecar.v1 import agent_pb2
 from sidecar import testing
 from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable, StartupError
+from sidecar.llm import transport as transport_module
 from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.llm.pacing import Pacers
@@ -503,6 +504,38 @@ async def test_a_gzip_body_nobody_asked_for_is_decoded(
     finally:
         await client.close()
     assert response.text == "compressed"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("encoding", [None, "gzip"])
+async def test_a_body_over_the_size_limit_is_refused_decoded_size_counted(
+    plain: str,
+    sim: ServerProcess,
+    transport: str,
+    stream: bool,
+    encoding: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An endpoint gone wrong, not a model: the cap holds for the decoded size, so a small
+    # compressed body cannot expand past it.
+    monkeypatch.setattr(transport_module, "MAX_BODY_BYTES", 4096)
+    text = "x" * 8192
+    body = {"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+    frames = _frames({"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]})
+    fault = {"kind": "raw", "body": orjson.dumps(body).decode(), "frames": frames}
+    if encoding is not None:
+        fault["encoding"] = encoding
+    await control(
+        plain.split("/openai")[0].removeprefix("http://"), "POST", "/faults", {"faults": [fault]}
+    )
+    client = model(plain, transport)
+    try:
+        with pytest.raises(ModelUnavailable, match="larger than 4096 bytes") as raised:
+            await client.complete(ModelRequest(HELLO, [], stream, 10))
+    finally:
+        await client.close()
+    assert raised.value.code == "model_unreachable"
 
 
 GROQ_HEADERS = {
