@@ -197,9 +197,17 @@ class ModelConfig(_Strict):
     for them, instead of sending them into a 429; a run whose deadline cannot absorb the
     wait fails at once (``model_rate_limit_wait``). An endpoint that reports no limits is
     never held back."""
+    max_rate_limit_wait: float = Field(60.0, gt=0, le=86_400)
+    """Seconds: the longest wait the sidecar takes from what a response says about rate
+    limits (``retry-after``, ``retry-after-ms``, ``x-ratelimit-reset-*``); a longer one is
+    cut to this. Default 60: the per-minute windows of Groq and OpenAI fit in it, while a
+    daily quota's reset (or a forged header) holds requests back a minute at most. While
+    requests are held back longer than 10 s, one request every 10 s goes out to learn
+    whether the limit is gone."""
     retry: RetryPolicy = MODEL_RETRY
-    """Retries of failed model requests (429, 498, 5xx, connection errors); a longer
-    ``retry-after`` than ``max_backoff`` ends the retries."""
+    """Retries of failed model requests (429, 498, 5xx, connection errors). A 429's
+    ``retry-after`` (at most ``max_rate_limit_wait``) replaces the backoff; a wait the
+    run's remaining time cannot absorb ends the retries."""
 
     @model_validator(mode="after")
     def _key_needs_its_certificate(self) -> ModelConfig:

@@ -326,7 +326,10 @@ class ModelError(SidecarError):
         retryable: whether the same request may succeed later.
         status: the HTTP status, when there was one.
         retry_after: seconds the provider asked us to wait before retrying, when it said.
+        attempts: requests sent for the call before it failed (retries included).
     """
+
+    attempts: int = 1
 
     def __init__(
         self,

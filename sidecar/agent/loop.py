@@ -438,7 +438,7 @@ class _Run:
                 "deadline_exceeded", "the run's time ran out", retryable=False
             ) from None
         except ModelError as exc:
-            self._model_stage(model, step, start, remaining, None, exc.code)
+            self._model_stage(model, step, start, remaining, None, exc.code, exc.attempts)
             raise
         self.usage.add(response.usage)
         if response.paced > 0:
@@ -471,6 +471,7 @@ class _Run:
         allowed: float,
         response: ModelResponse | None,
         error: str | None,
+        attempts: int = 0,
     ) -> None:
         duration = self.clock.now() - start
         if self.budget is not None:
@@ -483,7 +484,7 @@ class _Run:
                 usage=Usage(),
                 provider=ProviderTiming(),
                 time_to_first_token=None,
-                attempts=0,
+                attempts=attempts,
                 error=error,
                 time_allowed=allowed,
             )

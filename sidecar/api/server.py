@@ -274,6 +274,7 @@ class Sidecar:
             cert_file=model.cert_file,
             key_file=model.key_file,
             pacing=model.pacing,
+            max_rate_limit_wait=model.max_rate_limit_wait,
             # The built-in simulator is this process's own: never through a proxy.
             environ={} if base_url == self._simulator_url else None,
             on_error=self.telemetry.model_error_hook(model.model),

@@ -32,7 +32,14 @@ from agentsidecar.addresses import is_loopback
 from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
-from sidecar.llm.pacing import PROCESS_PACERS, Pacer, Pacers, Ticket, rate_limits
+from sidecar.llm.pacing import (
+    DEFAULT_MAX_WAIT,
+    PROCESS_PACERS,
+    Pacer,
+    Pacers,
+    Ticket,
+    rate_limits,
+)
 from sidecar.llm.transport import (
     Endpoint,
     Response,
@@ -69,6 +76,8 @@ class OpenAICompatibleModel:
         cert_file: PEM client certificate to present (with its key unless ``key_file``).
         key_file: PEM key of ``cert_file``.
         pacing: Hold requests back while the endpoint's rate limits have no room.
+        max_rate_limit_wait: The longest wait taken from a response's ``retry-after`` or
+            rate-limit reset, pacing and retries alike.
         environ: Where ``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``NO_PROXY`` are read; None reads
             the process's environment.
         pacers: The pacers shared by model clients; None: the process's.
@@ -95,6 +104,7 @@ class OpenAICompatibleModel:
         cert_file: str | None = None,
         key_file: str | None = None,
         pacing: bool = True,
+        max_rate_limit_wait: float = DEFAULT_MAX_WAIT,
         environ: Mapping[str, str] | None = None,
         pacers: Pacers | None = None,
     ) -> None:
@@ -119,8 +129,11 @@ class OpenAICompatibleModel:
                 " through the proxy" if endpoint.proxy else "",
             )
         self._transport: Transport = open_transport(transport, endpoint)
+        self._max_wait = max_rate_limit_wait
         self._pacer: Pacer | None = (
-            (pacers or PROCESS_PACERS).get(base_url, model, api_key) if pacing else None
+            (pacers or PROCESS_PACERS).get(base_url, model, api_key, max_rate_limit_wait)
+            if pacing
+            else None
         )
         self._retry = retry
         self._timeout = timeout
@@ -208,8 +221,9 @@ class OpenAICompatibleModel:
             response.paced = paced
             return response
 
-        def wait(exc: BaseException | None, retry: int) -> float:
-            delay = self._delay(exc, retry, deadline)
+        def announce(exc: BaseException | None, retry: int, delay: float) -> None:
+            # Logged when the retry is certain (it is about to sleep), never for one the
+            # deadline or the attempt limit then stops.
             log.warning(
                 "model request failed (%s, status %s, request id %s); retry %d of %d in %.2f s",
                 exc.code if isinstance(exc, ModelError) else type(exc).__name__,
@@ -219,29 +233,37 @@ class OpenAICompatibleModel:
                 self._retry.max_attempts - 1,
                 delay,
             )
-            return delay
 
         # The first attempt runs bare: tenacity's bookkeeping is paid only on a retry.
+        attempts = 1
         try:
             return await attempt()
         except ModelError as exc:
             if not retryable(exc) or self._retry.max_attempts < 2:
                 raise
             first = exc
-        await asyncio.sleep(wait(first, 1))
-        attempts = 1
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._retry.max_attempts - 1),
-            wait=lambda state: wait(_error(state), state.attempt_number + 1),
-            retry=retry_if_exception(retryable),
-            reraise=True,
-        )
-        async for retry in retrying:
-            with retry:
-                attempts += 1
-                response = await attempt()
-                response.attempts = attempts
-                return response
+        try:
+            delay = self._delay(first, 1, deadline)
+            announce(first, 1, delay)
+            await asyncio.sleep(delay)
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(self._retry.max_attempts - 1),
+                wait=lambda state: self._delay(_error(state), state.attempt_number + 1, deadline),
+                retry=retry_if_exception(retryable),
+                before_sleep=lambda state: announce(
+                    _error(state), state.attempt_number + 1, state.upcoming_sleep
+                ),
+                reraise=True,
+            )
+            async for retry in retrying:
+                with retry:
+                    attempts += 1
+                    response = await attempt()
+                    response.attempts = attempts
+                    return response
+        except ModelError as exc:
+            exc.attempts = attempts  # the timeline shows every attempt made
+            raise
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     async def _read(
@@ -259,7 +281,7 @@ class OpenAICompatibleModel:
         headers = reply.headers
         limits = rate_limits(headers, retry_after(headers) if status in (429, 503) else None)
         if ticket is not None:
-            ticket.report(limits)
+            ticket.report(limits, ok=status < 400)
         if status >= 400:
             raise status_error(status, headers, body_json(await reply.read()))
         if request.stream:
@@ -280,7 +302,7 @@ class OpenAICompatibleModel:
         policy = self._retry
         retry_after = exc.retry_after if isinstance(exc, ModelError) else None
         if retry_after is not None:
-            delay = float(retry_after)
+            delay = min(float(retry_after), self._max_wait)
         else:
             delay = policy.backoff(attempt)
         if time.monotonic() + delay >= deadline:

@@ -16,6 +16,19 @@ would have to wait past its deadline is not sent: :meth:`Pacer.acquire` raises
 :class:`~sidecar.errors.ModelUnavailable` with the code ``model_rate_limit_wait`` at
 once, so the run fails fast with that reason instead of spending its time queueing.
 
+What a response says about waiting is a hint from outside the process (a forward proxy
+can forge one), never an order, so two rules bound it:
+
+- **A ceiling.** No wait is taken longer than ``max_wait`` (``model.max_rate_limit_wait``,
+  60 s by default: the per-minute windows of Groq and OpenAI fit in it). A longer
+  ``retry-after`` or reset (``99999999``, ``47h59m``: a daily quota, or a forgery) holds
+  requests back for the ceiling at most.
+- **A probe.** While requests are held back for longer than :data:`PROBE_EVERY`, one
+  request is let through every :data:`PROBE_EVERY` seconds, when nothing else is in
+  flight, to learn whether the limit is gone: a successful answer to a request sent
+  after the block was learned lifts it, a 429 renews it. So no answer can lock the model
+  out: the next request after a probe interval asks again.
+
 An endpoint that sends none of these headers is never paced.
 """
 
@@ -26,13 +39,15 @@ import hashlib
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sidecar.errors import ModelUnavailable
 
 __all__ = [
+    "DEFAULT_MAX_WAIT",
     "PACING_WAIT",
+    "PROBE_EVERY",
     "Pacer",
     "Pacers",
     "RateLimits",
@@ -44,6 +59,11 @@ PACING_WAIT = "model_rate_limit_wait"
 """The code of a request that was not sent: its wait would outlast its deadline."""
 MAX_RESET_S = 2 * 86_400.0
 """A reset further away than this is not a duration (an epoch timestamp, say): ignored."""
+DEFAULT_MAX_WAIT = 60.0
+"""Seconds: the longest wait taken from what a response says, unless configured
+(``model.max_rate_limit_wait``). Groq's and OpenAI's windows are per minute."""
+PROBE_EVERY = 10.0
+"""Seconds between probes while requests are held back for longer than this."""
 _SLACK_S = 0.02  # waits end this much after the reported reset: clocks and rounding differ
 _SAME_WINDOW_S = 0.25  # resets this close together belong to one window
 
@@ -140,14 +160,20 @@ class _Budget:
         self.reset_at = 0.0
 
     def update(
-        self, limit: int | None, remaining: int | None, reset: float | None, now: float
+        self,
+        limit: int | None,
+        remaining: int | None,
+        reset: float | None,
+        now: float,
+        max_wait: float,
     ) -> None:
         if limit is not None:
             self.limit = limit
         if remaining is None:
             return
-        # Without a reset time, the budget is trusted for one second, then forgotten.
-        reset_at = now + (reset if reset is not None else 1.0) + _SLACK_S
+        # Without a reset time, the budget is trusted for one second, then forgotten; a
+        # reset further away than the ceiling is cut to it.
+        reset_at = now + min(reset if reset is not None else 1.0, max_wait) + _SLACK_S
         if (
             self.remaining is not None
             and now < self.reset_at < math.inf
@@ -159,6 +185,11 @@ class _Budget:
             return
         self.remaining = remaining
         self.reset_at = reset_at
+
+    def forget(self) -> None:
+        """Nothing known holds a request back any more."""
+        self.remaining = None
+        self.reset_at = 0.0
 
     def room(self, now: float, in_flight: int, need: int) -> float:
         """0 when ``need`` fits beside what is in flight; else seconds until it may (until
@@ -184,15 +215,21 @@ class _Budget:
 
 
 class Ticket:
-    """A request let through; :meth:`Pacer.report` or :meth:`release` ends it."""
+    """A request let through; :meth:`report` or :meth:`release` ends it."""
 
-    __slots__ = ("_pacer", "tokens", "waited")
+    __slots__ = ("_pacer", "admitted", "probe", "tokens", "waited")
 
-    def __init__(self, pacer: Pacer, tokens: int, waited: float) -> None:
+    def __init__(
+        self, pacer: Pacer, tokens: int, waited: float, admitted: float, probe: bool = False
+    ) -> None:
         self._pacer: Pacer | None = pacer
         self.tokens = tokens
         self.waited = waited
         """Seconds the request waited in the queue."""
+        self.admitted = admitted
+        """When it was let through (the pacer's clock)."""
+        self.probe = probe
+        """It went while requests were held back, to learn whether the hold is over."""
 
     def release(self) -> None:
         """The request ended without its headers (failed or cancelled): free its place."""
@@ -200,30 +237,43 @@ class Ticket:
         if pacer is not None:
             pacer._finish(self)
 
-    def report(self, limits: RateLimits) -> None:
-        """The request's response headers are in."""
+    def report(self, limits: RateLimits, *, ok: bool = False) -> None:
+        """The request's response headers are in; ``ok``: its status was a success."""
         pacer, self._pacer = self._pacer, None
         if pacer is not None:
-            pacer._finish(self, limits)
+            pacer._finish(self, limits, ok)
 
 
 class Pacer:
-    """The rate limits of one endpoint and model, shared by every request to it."""
+    """The rate limits of one endpoint and model, shared by every request to it.
 
-    def __init__(self) -> None:
+    Args:
+        max_wait: The ceiling on any wait a response asks for, in seconds.
+        clock: The monotonic clock (a test's own, to step through windows).
+    """
+
+    def __init__(
+        self, max_wait: float = DEFAULT_MAX_WAIT, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_wait = max_wait
+        self._clock = clock
         self._requests = _Budget()
         self._tokens = _Budget()
         self._blocked_until = 0.0
+        self._blocked_since = -math.inf  # when the latest retry-after was learned
+        self._probe_at = 0.0  # the earliest moment a long hold lets one request probe
         self._in_flight = 0
         self._in_flight_tokens = 0
         self._waiters: list[asyncio.Future[None]] = []
         self.waiting = 0
         """Requests waiting in the queue now."""
+        self.probes = 0
+        """Requests let through to learn whether a long hold is over."""
 
     def delay(self, tokens: int, now: float | None = None) -> float:
         """Seconds a request of ``tokens`` would wait now (0: it could go at once); an
         infinite delay means it waits for a response in flight to report room."""
-        now = time.monotonic() if now is None else now
+        now = self._clock() if now is None else now
         wait = max(self._blocked_until - now, 0.0)
         if wait > 0:
             return wait
@@ -233,37 +283,55 @@ class Pacer:
         )
         return wait
 
+    def _may_probe(self, wait: float, now: float) -> bool:
+        """Whether a request held back ``wait`` seconds may go now as a probe."""
+        return (
+            wait > PROBE_EVERY
+            and not math.isinf(wait)
+            and self._in_flight == 0
+            and now >= self._probe_at
+        )
+
     async def acquire(self, tokens: int, deadline: float) -> Ticket:
         """Wait until a request of about ``tokens`` prompt tokens may go.
 
         Args:
             tokens: The request's estimated prompt tokens.
-            deadline: ``time.monotonic()`` by which the request must have been answered.
+            deadline: The pacer's clock (``time.monotonic()``) by which the request must
+                have been answered.
 
         Raises:
             ModelUnavailable: ``model_rate_limit_wait``: the wait would outlast ``deadline``
                 (raised at once when the wait is known to be that long).
         """
-        start = time.monotonic()
+        start = self._clock()
         wait = self.delay(tokens, start)
         if wait <= 0:
-            return self._admit(tokens, 0.0)
+            return self._admit(tokens, 0.0, start)
+        if self._may_probe(wait, start):
+            return self._probe(tokens, 0.0, start)
         self.waiting += 1
         try:
             while True:
-                now = time.monotonic()
+                now = self._clock()
                 wait = self.delay(tokens, now)
                 if wait <= 0:
-                    return self._admit(tokens, now - start)
+                    return self._admit(tokens, now - start, now)
+                if self._may_probe(wait, now):
+                    return self._probe(tokens, now - start, now)
                 if not math.isinf(wait) and now + wait >= deadline:
                     raise _too_late(wait, deadline - now)
                 if now >= deadline:
                     raise _too_late(wait, 0.0)
-                # Woken by a response that reports room, by the reset, or by the deadline.
+                # Woken by a response that reports room, by the reset, by the next probe's
+                # turn, or by the deadline.
+                nap = min(wait, deadline - now)
+                if wait > PROBE_EVERY and self._probe_at > now:
+                    nap = min(nap, self._probe_at - now)
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
                 try:
-                    async with asyncio.timeout(min(wait, deadline - now)):
+                    async with asyncio.timeout(max(nap, 0.0)):
                         await waiter
                 except TimeoutError:
                     pass
@@ -272,24 +340,48 @@ class Pacer:
         finally:
             self.waiting -= 1
 
-    def _admit(self, tokens: int, waited: float) -> Ticket:
+    def _probe(self, tokens: int, waited: float, now: float) -> Ticket:
+        self.probes += 1
+        self._probe_at = now + PROBE_EVERY
+        return self._admit(tokens, waited, now, probe=True)
+
+    def _admit(self, tokens: int, waited: float, now: float, probe: bool = False) -> Ticket:
         self._in_flight += 1
         self._in_flight_tokens += tokens
-        return Ticket(self, tokens, waited)
+        return Ticket(self, tokens, waited, now, probe)
 
-    def _finish(self, ticket: Ticket, limits: RateLimits | None = None) -> None:
+    def _finish(self, ticket: Ticket, limits: RateLimits | None = None, ok: bool = False) -> None:
         self._in_flight -= 1
         self._in_flight_tokens -= ticket.tokens
+        now = self._clock()
+        if ok and ticket.admitted > self._blocked_since:
+            # A request sent after the latest retry-after was answered: the hold is over.
+            self._blocked_until = 0.0
         if limits is not None and not limits.empty:
-            now = time.monotonic()
+            ceiling = self.max_wait
             self._requests.update(
-                limits.limit_requests, limits.remaining_requests, limits.reset_requests, now
+                limits.limit_requests,
+                limits.remaining_requests,
+                limits.reset_requests,
+                now,
+                ceiling,
             )
             self._tokens.update(
-                limits.limit_tokens, limits.remaining_tokens, limits.reset_tokens, now
+                limits.limit_tokens, limits.remaining_tokens, limits.reset_tokens, now, ceiling
             )
             if limits.retry_after is not None:
-                self._blocked_until = max(self._blocked_until, now + limits.retry_after)
+                until = now + min(limits.retry_after, ceiling)
+                if until > self._blocked_until:
+                    self._blocked_until = until
+                self._blocked_since = now
+            # What was just learned holds until a probe interval has passed.
+            self._probe_at = max(self._probe_at, now + PROBE_EVERY)
+        if ok and ticket.probe:
+            # The probe got through: a budget it did not report on is not known to hold.
+            if limits is None or limits.remaining_requests is None:
+                self._requests.forget()
+            if limits is None or limits.remaining_tokens is None:
+                self._tokens.forget()
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -312,14 +404,23 @@ class Pacers:
     def __init__(self) -> None:
         self._pacers: dict[tuple[str, str, str], Pacer] = {}
 
-    def get(self, endpoint: str, model: str, api_key: str | None = None) -> Pacer:
+    def get(
+        self,
+        endpoint: str,
+        model: str,
+        api_key: str | None = None,
+        max_wait: float = DEFAULT_MAX_WAIT,
+    ) -> Pacer:
         """The pacer of ``model`` at ``endpoint`` for ``api_key``: limits are per account
-        (a key of another organisation or project has limits of its own)."""
+        (a key of another organisation or project has limits of its own). Clients that
+        share one and name different ceilings get the lowest."""
         account = hashlib.sha256((api_key or "").encode()).hexdigest()
         key = (endpoint.rstrip("/"), model, account)
         pacer = self._pacers.get(key)
         if pacer is None:
-            pacer = self._pacers[key] = Pacer()
+            pacer = self._pacers[key] = Pacer(max_wait)
+        elif max_wait < pacer.max_wait:
+            pacer.max_wait = max_wait
         return pacer
 
 

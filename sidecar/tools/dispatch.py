@@ -568,16 +568,22 @@ async def _retry(
         seconds = policy.backoff(retry_number + 1)
         if time.monotonic() + seconds >= call_deadline:
             raise exc if exc is not None else first  # no time left to wait
-        tries.backoff += seconds
         return seconds
 
-    await asyncio.sleep(delay(first, 0))
+    def slept(seconds: float) -> None:
+        # Counted when the wait happens, never for one the attempt limit then stops.
+        tries.backoff += seconds
+
+    first_wait = delay(first, 0)
+    slept(first_wait)
+    await asyncio.sleep(first_wait)
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts - 1),
         wait=lambda state: delay(
             state.outcome.exception() if state.outcome else None, state.attempt_number
         ),
         retry=retry_if_exception(lambda e: isinstance(e, _Failed) and e.code in _RETRYABLE),
+        before_sleep=lambda state: slept(state.upcoming_sleep),
         reraise=True,
     )
     result: tool_pb2.ToolResult = await retrying(attempt)

@@ -27,7 +27,16 @@ from sidecar.config import RetryPolicy
 from sidecar.errors import ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest
 from sidecar.llm.openai_model import OpenAICompatibleModel
-from sidecar.llm.pacing import MAX_RESET_S, PACING_WAIT, Pacer, Pacers, parse_duration, rate_limits
+from sidecar.llm.pacing import (
+    MAX_RESET_S,
+    PACING_WAIT,
+    PROBE_EVERY,
+    Pacer,
+    Pacers,
+    parse_duration,
+    rate_limits,
+)
+from sidecar.llm.transport import retry_after
 from sidecar.testing import ServerProcess
 from tests.support.stack import scrape
 
@@ -331,7 +340,7 @@ async def test_a_run_that_cannot_wait_for_the_rate_limit_fails_with_that_reason(
 
 
 def report(pacer: Pacer, remaining: int, reset: str) -> None:
-    ticket = pacer._admit(1, 0.0)
+    ticket = pacer._admit(1, 0.0, time.monotonic())
     ticket.report(
         rate_limits(
             {
@@ -365,3 +374,183 @@ def test_each_api_key_has_a_pacer_of_its_own() -> None:
     assert pacers.get("https://api.groq.com/openai/v1", "m", "key-b") is not first
     assert pacers.get("https://api.groq.com/openai/v1", "other", "key-a") is not first
     assert pacers.get("https://api.groq.com/openai/v1", "m", None) is not first
+
+
+# -- what a response says about waiting is a bounded hint ------------------------------
+
+
+class FakeClock:
+    """The pacer's clock, stepped by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CEILING = 60.0
+_SLACK = 0.05  # the pacer's own slack past a reported reset, and rounding
+_HUGE = st.one_of(
+    st.sampled_from(["99999999", "1e12", "172799", "inf", "-5", "nan", "", "1" * 30]),
+    st.floats(min_value=0, max_value=1e15, allow_nan=False).map(repr),
+    st.integers(0, 10**15).map(str),
+)
+_RESET = st.one_of(
+    st.sampled_from(["47h59m", "47h59m59s", "23h", "2m59.56s", "0s", "6m0s"]),
+    st.floats(min_value=0, max_value=MAX_RESET_S, allow_nan=False).map(lambda s: f"{s}s"),
+)
+
+
+@st.composite
+def hostile_answers(draw: st.DrawFn) -> tuple[dict[str, str], bool]:
+    """A response's headers (any of the header families, values from tiny to absurd)
+    and whether its status was a success."""
+    headers: dict[str, str] = {}
+    if draw(st.booleans()):
+        headers[draw(st.sampled_from(["retry-after", "retry-after-ms"]))] = draw(_HUGE)
+    for what in ("requests", "tokens"):
+        if draw(st.booleans()):
+            headers[f"x-ratelimit-remaining-{what}"] = str(draw(st.integers(0, 5)))
+            headers[f"x-ratelimit-reset-{what}"] = draw(_RESET)
+            if draw(st.booleans()):
+                headers[f"x-ratelimit-limit-{what}"] = str(draw(st.integers(0, 10**6)))
+    return headers, draw(st.booleans())
+
+
+def _answer(pacer: Pacer, clock: FakeClock, headers: dict[str, str], ok: bool) -> None:
+    ticket = pacer._admit(1, 0.0, clock())
+    ticket.report(rate_limits(headers, None if ok else retry_after(headers)), ok=ok)
+
+
+@pytest.mark.property
+@given(st.lists(hostile_answers(), min_size=1, max_size=4))
+def test_no_answer_holds_requests_back_longer_than_the_ceiling(
+    answers: list[tuple[dict[str, str], bool]],
+) -> None:
+    clock = FakeClock()
+    pacer = Pacer(max_wait=CEILING, clock=clock)
+    for headers, ok in answers:
+        _answer(pacer, clock, headers, ok)
+        assert pacer.delay(100) <= CEILING + _SLACK
+    clock.now += CEILING + _SLACK
+    assert pacer.delay(100) == 0
+
+
+@pytest.mark.property
+@given(st.lists(hostile_answers(), min_size=1, max_size=4))
+async def test_a_long_hold_lets_a_probe_through_and_its_success_lifts_the_hold(
+    answers: list[tuple[dict[str, str], bool]],
+) -> None:
+    clock = FakeClock()
+    pacer = Pacer(max_wait=CEILING, clock=clock)
+    for headers, ok in answers:
+        _answer(pacer, clock, headers, ok)
+    clock.now += PROBE_EVERY
+    # Whatever was said, a request may go now: at once, or as the probe.
+    ticket = await pacer.acquire(100, deadline=clock.now + 1)
+    assert ticket.waited == 0
+    ticket.report(rate_limits({}), ok=True)
+    assert pacer.delay(100) == 0
+
+
+async def test_a_probe_goes_only_when_nothing_is_in_flight_and_once_per_interval() -> None:
+    clock = FakeClock()
+    pacer = Pacer(max_wait=CEILING, clock=clock)
+    _answer(pacer, clock, {"retry-after": "99999999"}, ok=False)
+    assert pacer.delay(1) == pytest.approx(CEILING)
+    with pytest.raises(ModelUnavailable) as early:  # before the interval: held, not probed
+        await pacer.acquire(1, deadline=clock.now + 5)
+    assert early.value.code == PACING_WAIT
+    clock.now += PROBE_EVERY
+    probe = await pacer.acquire(1, deadline=clock.now + 5)
+    assert probe.probe and pacer.probes == 1
+    with pytest.raises(ModelUnavailable):  # the probe is in flight: nobody else goes
+        await pacer.acquire(1, deadline=clock.now + 5)
+    probe.report(rate_limits({"retry-after": "99999999"}, 99999999.0), ok=False)
+    clock.now += PROBE_EVERY / 2
+    with pytest.raises(ModelUnavailable):  # renewed: the next probe is an interval away
+        await pacer.acquire(1, deadline=clock.now + 1)
+    clock.now += PROBE_EVERY / 2
+    second = await pacer.acquire(1, deadline=clock.now + 1)
+    assert second.probe and pacer.probes == 2
+    second.report(rate_limits({}), ok=True)
+    assert pacer.delay(1) == 0
+    third = await pacer.acquire(1, deadline=clock.now + 1)
+    assert not third.probe
+
+
+async def test_a_success_sent_before_the_429_does_not_lift_its_hold() -> None:
+    clock = FakeClock()
+    pacer = Pacer(max_wait=CEILING, clock=clock)
+    earlier = pacer._admit(1, 0.0, clock())
+    clock.now += 0.1
+    _answer(pacer, clock, {"retry-after": "20"}, ok=False)
+    earlier.report(rate_limits({}), ok=True)  # answered after the 429 arrived
+    assert pacer.delay(1) == pytest.approx(20)
+
+
+async def test_the_token_budget_is_whole_again_at_its_reset() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock=clock)
+    _answer(
+        pacer,
+        clock,
+        {
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "10",
+            "x-ratelimit-reset-tokens": "2s",
+        },
+        ok=True,
+    )
+    assert pacer.delay(500) == pytest.approx(2.02, abs=0.01)  # 500 tokens do not fit
+    assert pacer.delay(5) == 0  # 5 do
+    clock.now += 2.05
+    assert pacer.delay(500) == 0  # whole again: 1000 tokens
+
+
+HOSTILE = {
+    "retry-after": (429, {"retry-after": "99999999"}),
+    "retry-after-ms": (503, {"retry-after-ms": "1e12"}),
+    "reset": (
+        200,
+        {
+            "x-ratelimit-limit-requests": "14400",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "47h59m",
+        },
+    ),
+}
+_COMPLETION = (
+    '{"id": "chatcmpl-1", "object": "chat.completion", "model": "simulated-model", '
+    '"choices": [{"index": 0, "finish_reason": "stop", '
+    '"message": {"role": "assistant", "content": "[simulated] ok"}}], '
+    '"usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}'
+)
+
+
+@pytest.mark.parametrize("answer", sorted(HOSTILE))
+async def test_one_hostile_answer_holds_later_runs_back_only_up_to_the_ceiling(
+    fresh: str, tmp_path: Path, answer: str
+) -> None:
+    # The answer a hostile forward proxy (or a broken gateway) could inject: a later run
+    # waits out the ceiling at most, then its request goes and is answered.
+    status, headers = HOSTILE[answer]
+    body = _COMPLETION if status == 200 else '{"error": {"message": "slow down"}}'
+    fault = {"kind": "raw", "status": status, "body": body, "headers": headers}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{fresh}/sim/faults", json={"faults": [fault]}) as response,
+    ):
+        response.raise_for_status()
+    config = testing.sidecar_config(fresh, {})
+    config["model"].update(max_rate_limit_wait=1.0, retry={"max_attempts": 1})
+    with testing.sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            await client.run(session.session_id, "hello", timeout=30)  # meets the answer
+            later = (await client.run(session.session_id, "hello again", timeout=30)).result
+    assert later.stop_reason == agent_pb2.STOP_REASON_ANSWERED, later.error
+    paced = [s for s in later.timeline.stages if s.name == "model_pacing"]
+    assert paced and all(s.duration.ToTimedelta().total_seconds() <= 1.2 for s in paced)
+    assert (await sim(fresh, "GET", "/stats"))["requests"] == 2
