@@ -99,6 +99,21 @@ async def test_retries_stop_at_max_attempts_with_the_last_error(
         await model.complete(ModelRequest(ASK, TOOLS, True, 10))
     assert info.value.status == 503 and info.value.code == "model_unavailable"
     assert (await SimControl(sim.address).stats())["requests"] == 3
+    assert info.value.attempts == 3
+
+
+async def test_the_retry_log_names_only_retries_that_happen(
+    model: OpenAICompatibleModel, sim: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    await SimControl(sim.address).faults({"kind": "status", "status": 503, "times": 5})
+    with caplog.at_level("WARNING", logger="sidecar.llm.openai_model"), pytest.raises(
+        ModelUnavailable
+    ):
+        await model.complete(ModelRequest(ASK, TOOLS, False, 10))
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    sent = (await SimControl(sim.address).stats())["requests"]
+    assert sent == 3 and len(retries) == sent - 1
+    assert ["retry 1 of 2" in retries[0], "retry 2 of 2" in retries[1]] == [True, True]
 
 
 async def test_a_rejected_request_is_not_retried(
