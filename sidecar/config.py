@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from sidecar.errors import ConfigError
+from sidecar.schemas import compile_schema_safely
 
 GROQ_BASE_URL = "https://api.groq.com/openai/v1"
 
@@ -363,6 +364,21 @@ class ProfileConfig(_Strict):
     the top-level model alone."""
     rollback: RollbackConfig = RollbackConfig()
     """When a canary is taken out of rotation automatically."""
+
+    @field_validator("answer_schema")
+    @classmethod
+    def _answer_schema_compiles(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is None:
+            return None
+        # Structured outputs (Groq's, OpenAI's) ask for a JSON object: a schema whose root
+        # is anything else could never be met.
+        if schema.get("type") != "object":
+            raise ValueError('the root must be an object schema ("type": "object")')
+        try:
+            compile_schema_safely(schema)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON Schema answers can be checked with: {exc}") from None
+        return schema
 
     @field_validator("variants")
     @classmethod

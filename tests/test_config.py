@@ -128,3 +128,34 @@ def test_every_config_key_is_documented() -> None:
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing
+
+
+_UNUSABLE_ANSWER_SCHEMAS = {
+    "not an object at the root": {"type": "array", "items": {"type": "string"}},
+    "no type at the root": {"properties": {"a": {"type": "string"}}},
+    "an unknown type": {"type": "object", "properties": {"a": {"type": "nope"}}},
+    "a remote reference": {"type": "object", "$ref": "http://127.0.0.1:9/schema.json"},
+    "a missing local reference": {"type": "object", "$ref": "#/definitions/missing"},
+    "a pattern that is no regular expression": {
+        "type": "object",
+        "properties": {"a": {"type": "string", "pattern": "("}},
+    },
+    "required that is no list": {"type": "object", "required": 5},
+}
+
+
+@pytest.mark.parametrize("why", sorted(_UNUSABLE_ANSWER_SCHEMAS))
+def test_an_answer_schema_that_cannot_check_answers_is_refused_naming_its_key(why: str) -> None:
+    schema = _UNUSABLE_ANSWER_SCHEMAS[why]
+    with pytest.raises(ConfigError) as info:
+        parse_config({"profiles": {"reports": {"answer_schema": schema}}})
+    assert "profiles.reports.answer_schema" in str(info.value)
+
+
+def test_a_deeply_nested_answer_schema_is_refused_not_a_crash() -> None:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(3000):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(ConfigError) as info:
+        parse_config({"profiles": {"deep": {"answer_schema": schema}}})
+    assert "profiles.deep.answer_schema" in str(info.value)

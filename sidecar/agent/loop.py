@@ -23,6 +23,7 @@ from sidecar.config import BudgetConfig, ProfileConfig
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
+from sidecar.schemas import compile_schema_safely
 from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Approver, Dispatcher, EarlyCalls, StepScope, ToolCallListener
@@ -85,7 +86,7 @@ class Profile:
             config=config,
             system_message={"role": "system", "content": config.system_prompt},
             allowed=frozenset(config.tools) if config.tools is not None else None,
-            validate_answer=fastjsonschema.compile(config.answer_schema)
+            validate_answer=compile_schema_safely(config.answer_schema)
             if config.answer_schema is not None
             else None,
             budget=config.budget if config.budget.declared else None,

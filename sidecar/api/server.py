@@ -26,6 +26,7 @@ import gc
 import logging
 import os
 import signal
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,7 +58,7 @@ from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
 from sidecar.redaction import Redactor
 from sidecar.security.audit import AuditLog
-from sidecar.security.exposure import check_exposure
+from sidecar.security.exposure import check_exposure, check_reload
 from sidecar.security.identity import Authenticator
 from sidecar.security.tls import server_credentials
 from sidecar.sessions.factory import store_from_config
@@ -372,15 +373,18 @@ class Sidecar:
             The top-level sections that changed.
 
         Raises:
-            ConfigError: the new configuration changes a section that needs a restart;
-                nothing was applied.
-            StartupError: a model it names cannot be used (an unset key); nothing was
+            ConfigError: the new configuration changes a section that needs a restart,
+                or switches caller authentication off; nothing was applied.
+            StartupError: a model it names cannot be used (an unset key), a token file
+                cannot be read, or it fails the start-time exposure check; nothing was
                 applied.
         """
         old = self.config
         restart = _restart_only_changes(old, config)
         if restart:
             raise ConfigError("these settings take effect only at a restart: " + ", ".join(restart))
+        for warning in check_reload(old, config):
+            log.warning("%s", warning)
         agent, servicer = self.agent, self._servicer
         assert agent is not None and servicer is not None
         changed = [
@@ -623,8 +627,14 @@ class Sidecar:
 class ConfigReloader:
     """Reloads the sidecar's configuration file on SIGHUP and when the file changes.
 
-    A reload that does not validate, or that changes a setting only a restart applies,
-    changes nothing: the sidecar logs why (and audits it) and goes on as it was.
+    A file is applied only whole and valid: it is read in one piece, validated, checked
+    as start checks it (and as only a reload needs: authentication is not switched off),
+    and applied at once, or not at all. The watcher applies a change only once the file
+    has stayed the same for a whole interval, and after reading it, only if it did not
+    change meanwhile: a writer that truncates, pauses and finishes is never caught half
+    way. An empty file is never applied. A reload that fails in any way changes nothing:
+    the sidecar logs why, audits it, counts it, and goes on as it was; the watcher keeps
+    watching whatever happens.
     """
 
     def __init__(self, sidecar: Sidecar, path: Path, read: Callable[[], SidecarConfig]) -> None:
@@ -644,26 +654,56 @@ class ConfigReloader:
 
     def watch(self, interval: float) -> None:
         """Check the file every ``interval`` seconds in the background."""
-        self._task = asyncio.get_running_loop().create_task(self._watch(interval))
+        self._task = asyncio.get_running_loop().create_task(
+            self._watch(interval), name="config-watch"
+        )
 
     async def _watch(self, interval: float) -> None:
+        settling: tuple[float, int, int] | None = None
         while True:
             await asyncio.sleep(interval)
             stamp = self._stamp()
-            if stamp is not None and stamp != self._seen:
-                await self.reload("the file changed")
+            if stamp is None or stamp == self._seen:
+                settling = None
+                continue
+            if stamp != settling:
+                settling = stamp  # changed since the last look: let the writer finish
+                continue
+            settling = None
+            await self.reload("the file changed")
 
     async def reload(self, why: str) -> bool:
-        """Reload now; True when the new configuration was applied."""
+        """Reload now; True when the new configuration was applied. Never raises."""
         async with self._lock:
-            self._seen = self._stamp()
             sidecar = self._sidecar
+            before = self._stamp()
             try:
+                if before is not None and before[1] == 0:
+                    raise ConfigError(f"{self._path} is empty")
                 config = self._read()
+                if self._stamp() != before:
+                    # Written to while it was read: the next look reads it whole.
+                    log.info("configuration not reloaded (%s): the file changed while read", why)
+                    return False
+                self._seen = before
                 changed = await sidecar.reload(config)
             except (ConfigError, StartupError) as exc:
+                self._seen = before
                 log.error("configuration not reloaded (%s): %s", why, exc)
                 sidecar.audit.record("config_reload_refused", "", why=why, message=str(exc))
+                sidecar.telemetry.config_reloaded(False)
+                return False
+            except Exception as exc:
+                # A bug: said loudly, and the sidecar goes on with what it had.
+                self._seen = before
+                error_id = uuid.uuid4().hex[:16]
+                log.exception("configuration not reloaded (%s): internal error %s", why, error_id)
+                sidecar.audit.record(
+                    "config_reload_refused",
+                    "",
+                    why=why,
+                    message=f"internal error {error_id} ({type(exc).__name__})",
+                )
                 sidecar.telemetry.config_reloaded(False)
                 return False
             if changed:
@@ -714,13 +754,8 @@ async def serve(
     # requests in flight. Frozen, a collection walks only what requests allocate.
     gc.collect()
     gc.freeze()
-    if sidecar.metrics_port is not None:
-        print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
-    if sidecar.health_port is not None:
-        print(f"health on {config.server.host}:{sidecar.health_port}", flush=True)
-    if config.server.unix_socket is not None:
-        print(f"socket on unix:{config.server.unix_socket}", flush=True)
-    print(f"listening on {config.server.host}:{port}", flush=True)
+    # Signals are handled before the sidecar says it listens: a supervisor may signal the
+    # moment it reads that line, and the drain must be in place by then.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -738,6 +773,13 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
         if config.server.config_watch_interval is not None:
             reloader.watch(config.server.config_watch_interval)
+    if sidecar.metrics_port is not None:
+        print(f"metrics on {config.telemetry.metrics.host}:{sidecar.metrics_port}", flush=True)
+    if sidecar.health_port is not None:
+        print(f"health on {config.server.host}:{sidecar.health_port}", flush=True)
+    if config.server.unix_socket is not None:
+        print(f"socket on unix:{config.server.unix_socket}", flush=True)
+    print(f"listening on {config.server.host}:{port}", flush=True)
     await stop.wait()
     if reloader is not None:
         await reloader.close()

@@ -11,9 +11,9 @@ import logging
 
 from agentsidecar.addresses import is_loopback
 from sidecar.config import SidecarConfig
-from sidecar.errors import StartupError
+from sidecar.errors import ConfigError, StartupError
 
-__all__ = ["check_exposure"]
+__all__ = ["check_exposure", "check_reload"]
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +62,24 @@ def check_exposure(config: SidecarConfig) -> list[str]:
             "true to accept the exposure"
         )
     return [f"insecure: {p}" for p in problems]
+
+
+def check_reload(old: SidecarConfig, new: SidecarConfig) -> list[str]:
+    """What a reload from ``old`` to ``new`` would expose; refuse it when that is not
+    allowed. Every check that guards start guards a reload: the same exposure rules, and
+    one more, since a reload happens unattended (a file watcher may catch a file half
+    written): caller authentication, once on, is switched off only by a restart.
+
+    Returns:
+        The warnings to log, as :func:`check_exposure` gives them.
+
+    Raises:
+        ConfigError: ``new`` lists no principals where ``old`` did.
+        StartupError: ``new`` fails the start-time exposure check.
+    """
+    if old.auth.principals and not new.auth.principals:
+        raise ConfigError(
+            "auth.principals is empty: a reload cannot switch caller authentication off "
+            "(every caller would be anonymous); restart the sidecar to apply that"
+        )
+    return check_exposure(new)

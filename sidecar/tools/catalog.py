@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ import orjson
 from agentsidecar.v1 import tool_pb2
 from sidecar.context.trim import FieldTree, field_tree
 from sidecar.errors import ArgumentsInvalid
+from sidecar.schemas import compile_schema_safely
 
 log = logging.getLogger(__name__)
 
@@ -204,49 +205,6 @@ _NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 MAX_SCHEMA_BYTES = 65_536
 """Largest ``input_schema`` a tool may declare; a larger one leaves the tool out."""
-_MAX_SCHEMA_NODES = 20_000
-
-
-class _NoRemoteReferences(Mapping[str, Callable[[str], Any]]):
-    """fastjsonschema's handlers by URI scheme: every scheme refuses, so no ``$ref`` ever
-    reaches its fallback, ``urllib.request.urlopen`` (a schema must not make the sidecar
-    fetch URLs: server-side request forgery, and a blocked event loop)."""
-
-    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
-        def refuse(uri: str) -> Any:
-            raise ValueError(f"the schema refers to {uri[:200]!r}; only local $refs are followed")
-
-        return refuse
-
-    def __contains__(self, scheme: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-_NO_REMOTE = _NoRemoteReferences()
-
-
-def _check_references(schema: Any) -> None:
-    """Refuse a schema with a ``$ref`` to anything but this document, or too many nodes."""
-    pending, seen = [schema], 0
-    while pending:
-        node = pending.pop()
-        seen += 1
-        if seen > _MAX_SCHEMA_NODES:
-            raise ValueError(f"the schema has more than {_MAX_SCHEMA_NODES} nodes")
-        if isinstance(node, dict):
-            for key in ("$ref", "$dynamicRef", "$recursiveRef"):
-                ref = node.get(key)
-                if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
-                    raise ValueError(f"{key} {str(ref)[:200]!r} is not local; it is not followed")
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
 
 
 _COMPILED: dict[str, Callable[[Any], Any]] = {}  # validators by schema text, process-wide
@@ -258,8 +216,8 @@ def compile_schema(text: str) -> tuple[dict[str, Any], Callable[[Any], Any]]:
     cached by the schema's text, so a re-discovery compiles nothing again.
 
     Raises:
-        ValueError: the schema is too large, not an object, or refers to other documents.
-        Exception: fastjsonschema could not compile it.
+        ValueError: the schema is too large, not an object, refers to other documents,
+            or cannot be compiled.
     """
     if len(text) > MAX_SCHEMA_BYTES:
         raise ValueError(f"input_schema is {len(text)} bytes; at most {MAX_SCHEMA_BYTES}")
@@ -270,8 +228,7 @@ def compile_schema(text: str) -> tuple[dict[str, Any], Callable[[Any], Any]]:
     schema.setdefault("properties", {})
     validate = _COMPILED.get(text)
     if validate is None:
-        _check_references(schema)
-        validate = fastjsonschema.compile(schema, handlers=_NO_REMOTE)
+        validate = compile_schema_safely(schema)
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[text] = validate

@@ -94,3 +94,23 @@ def test_an_endpoint_without_its_key_stops_the_sidecar_at_start(tmp_path: Path) 
     assert done.returncode == 2
     assert "NO_SUCH_KEY is unset or empty" in done.stderr and "model.keyless" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_answer_schema_that_cannot_check_answers_stops_the_sidecar_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(
+        "profiles:\n  reports:\n    answer_schema: {type: object, properties: {a: {type: nope}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GROQ_API_KEY": ""},
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "profiles.reports.answer_schema" in done.stderr and "Traceback" not in done.stderr

@@ -106,8 +106,9 @@ async def test_the_retry_log_names_only_retries_that_happen(
     model: OpenAICompatibleModel, sim: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     await SimControl(sim.address).faults({"kind": "status", "status": 503, "times": 5})
-    with caplog.at_level("WARNING", logger="sidecar.llm.openai_model"), pytest.raises(
-        ModelUnavailable
+    with (
+        caplog.at_level("WARNING", logger="sidecar.llm.openai_model"),
+        pytest.raises(ModelUnavailable),
     ):
         await model.complete(ModelRequest(ASK, TOOLS, False, 10))
     retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
