@@ -9,6 +9,7 @@ cancellation propagates, after cancelling every tool call in flight.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ from sidecar.types import (
 
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace
+
+log = logging.getLogger(__name__)
 
 _REPAIR_PROMPT = (
     "Your last tool call could not be parsed: {error}\nYour output was: {generation}\n"
@@ -326,9 +329,10 @@ class _Run:
                     return await self._model_failed(again, history_kept=new)
             except ModelError as exc:
                 return await self._model_failed(exc, history_kept=new)
-            if tiered and not response.tool_calls and response.refusal is None:
-                # The tools model needs no more tools: the answer model answers, with the
-                # tools still in the prompt (its cached prefix stays the same) but not callable.
+            if tiered and not response.tool_calls:
+                # The tools model needs no more tools (or declined): the answer model
+                # answers, with the tools still in the prompt (its cached prefix stays the
+                # same) but not callable. The tools model's text is never shown.
                 if self.early is not None:
                     self.early.cancel()
                     self.early = None
@@ -338,6 +342,8 @@ class _Run:
                     )
                 except ModelError as exc:
                     return await self._model_failed(exc, history_kept=new)
+                if response.tool_calls:
+                    return self._tools_refused(response, new)
 
             if response.refusal is not None and not response.tool_calls:
                 new.append({"role": "assistant", "content": response.refusal})
@@ -561,8 +567,33 @@ class _Run:
             )
         except ModelError as exc:
             return await self._model_failed(exc, history_kept=new)
-        # A model that calls tools anyway gets no tools: its text is the answer.
+        if response.tool_calls:
+            return self._tools_refused(response, new, StopReason.BUDGET_ANSWERED)
         return self._answer(response.text, new, StopReason.BUDGET_ANSWERED)
+
+    def _tools_refused(
+        self,
+        response: ModelResponse,
+        new: list[dict[str, Any]],
+        reason: StopReason = StopReason.ANSWERED,
+    ) -> RunResultWithMessages:
+        """A model asked with ``tool_choice: none`` that called tools anyway: the calls
+        are never run; its text, if it wrote any, is the answer."""
+        names = ", ".join(c.name for c in response.tool_calls)
+        log.warning(
+            "model %s called tools (%s) though told not to; the calls were not run",
+            self.models.answer.name,
+            names,
+        )
+        if response.text.strip():
+            return self._answer(response.text, new, reason)
+        error = RunError(
+            "model_ignored_tool_choice",
+            f"the model was asked for an answer without tools and called {names} instead; "
+            "no call was run",
+            retryable=True,
+        )
+        return self.finish("", StopReason.MODEL_ERROR, [], error)
 
     async def _model_failed(
         self, exc: ModelError, history_kept: list[dict[str, Any]]

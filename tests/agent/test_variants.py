@@ -32,6 +32,7 @@ from tests.support.stack import (
     sidecar,
     sidecar_config,
     simulator,
+    tool_stats,
 )
 
 MODEL_CALL = agent_pb2.STAGE_KIND_MODEL_CALL
@@ -289,3 +290,89 @@ async def test_memory_summaries_use_the_profiles_memory_model(
         stats = await SimControl(sim.address).stats()
         models = {r["model"] for r in stats["recent_requests"]}
         assert "summary-model" in models and "simulated-model" in models
+
+
+def _completion(message: dict[str, Any], finish: str = "stop") -> str:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-raw",
+            "object": "chat.completion",
+            "model": "raw",
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    ).decode()
+
+
+def _raw(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+    return {"kind": "raw", "status": 200, "body": _completion(message, finish)}
+
+
+_CALLS = [
+    {
+        "id": "call_x1",
+        "type": "function",
+        "function": {"name": "read_a", "arguments": "{}"},
+    }
+]
+
+
+@pytest.mark.parametrize("with_text", [True, False])
+async def test_an_answer_model_that_calls_tools_though_told_not_to_runs_none(
+    tools: ServerProcess, tmp_path: Path, with_text: bool
+) -> None:
+    with simulator() as sim:
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            profiles={"tiered": {"tools_model": {"model": "small-model"}}},
+        )
+        with sidecar(config, tmp_path) as side:
+            before = {k: v for k, v in (await tool_stats(tools.address))["calls"].items()}
+            before.pop("stats", None)
+            control = SimControl(sim.address)
+            answer = {"role": "assistant", "content": "All done." if with_text else None}
+            await control.faults(
+                # The tools model needs no tools; the answer model calls one anyway.
+                _raw({"role": "assistant", "content": "[simulated] no tools needed"}),
+                _raw({**answer, "tool_calls": _CALLS}, "tool_calls"),
+            )
+            async with AgentClient(side.address) as client:
+                session = await client.create_session("tiered")
+                result = (await client.run(session.session_id, "hello", timeout=20)).result
+            after = dict((await tool_stats(tools.address))["calls"])
+            after.pop("stats", None)
+            assert after == before  # nothing ran
+            assert result.tool_calls == 0 and result.steps == 1
+            if with_text:
+                assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+                assert result.answer == "All done."
+            else:
+                assert result.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
+                assert result.error.code == "model_ignored_tool_choice" and result.error.retryable
+
+
+async def test_a_refusal_by_the_tools_model_is_never_shown_the_answer_model_answers(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            profiles={"tiered": {"tools_model": {"model": "small-model"}}},
+        )
+        with sidecar(config, tmp_path) as side:
+            await SimControl(sim.address).faults(
+                _raw({"role": "assistant", "content": None, "refusal": "Small model says no."})
+            )
+            async with AgentClient(side.address) as client:
+                session = await client.create_session("tiered")
+                events = [e async for e in client.stream(session.session_id, "hello")]
+            result = events[-1].run_finished
+            assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+            assert "Small model says no." not in result.answer
+            assert result.answer.startswith("[simulated]")
+            deltas = "".join(e.text_delta.text for e in events if e.HasField("text_delta"))
+            assert deltas == result.answer
+            calls = [s.name for s in result.timeline.stages if s.kind == MODEL_CALL]
+            assert calls == ["small-model", "simulated-model"]
