@@ -321,10 +321,23 @@ class RollbackConfig(_Strict):
     min_runs: int = Field(20, ge=1)
     """Runs of the canary and of the stable variant the window needs before judging."""
     max_error_rate_increase: float = Field(0.05, ge=0, le=1)
-    """How far the canary's share of failed runs (a model error, an invalid answer, a
-    repaired tool call that failed again) may exceed the stable variant's."""
+    """How far the canary's share of failed runs may exceed the stable variant's. A run
+    fails that ends in a way a sound model would not end it: a model error, an invalid
+    answer, a refusal, the step or tool-call limit, the budget stopping it; cancelled and
+    interrupted runs are not counted."""
     max_p95_ratio: float = Field(1.5, ge=1)
     """How many times the stable variant's P95 run latency the canary's may be."""
+    min_p95_increase: float = Field(0.25, ge=0)
+    """Seconds the canary's P95 run latency may exceed the stable variant's whatever the
+    ratio: a canary is slower only by both measures. Default 0.25: below it, a ratio of
+    two fast P95s is noise (4 ms against 2 ms), not a regression users feel."""
+    significance: float = Field(0.001, gt=0, lt=1)
+    """How unlikely by chance a difference must be before it counts (the p-value of a
+    one-sided test: two proportions for failures, Mann-Whitney U for latency). Default
+    0.001: the canary is judged again after each run, and each look is a chance to be
+    fooled; at this level an identical twin was rolled back in 2 of 300 simulated windows
+    of 300 runs, while a canary twice as slow, or failing 25% of runs against 2%, was
+    caught in every one, after 50 runs at the median."""
 
 
 class ProfileConfig(_Strict):

@@ -39,7 +39,7 @@ from sidecar.agent.limits import (
     page_size,
 )
 from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
-from sidecar.agent.variants import Variant, VariantRouter
+from sidecar.agent.variants import Variant, VariantRouter, judged
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.calibration import TokenCalibration
 from sidecar.errors import (
@@ -90,8 +90,6 @@ _DRAIN_RETRY_AFTER = 1.0  # seconds a refused caller is told to wait (another re
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 _COUNT_EVERY = 1.0  # seconds a session count is reused before the store counts again
 _STOP_WAIT = 10.0  # seconds a delete or a drain waits for a stopped turn to unwind
-# Runs that count against a variant: the model failed, or its answer did not fit.
-_FAILED = frozenset({StopReason.MODEL_ERROR, StopReason.INVALID_ANSWER})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -694,9 +692,10 @@ class Agent:
                     )
                 if outcome is not None and variant is not None and variant.name:
                     assert turn.router is not None
-                    failed = outcome.stop_reason in _FAILED
-                    turn.router.record(variant.name, end, failed)
-                    telemetry.variant_run(profile.name, variant.name, outcome, failed)
+                    failed = judged(outcome.stop_reason)
+                    if failed is not None:
+                        turn.router.record(variant.name, end, failed)
+                        telemetry.variant_run(profile.name, variant.name, outcome, failed)
                 telemetry.run_finished(
                     profile=profile.name,
                     model=model_name,

@@ -4,18 +4,31 @@ A profile's variants share its new sessions by weight; a session keeps the varia
 first turn ran on (the variant is stored with every turn), so a conversation never
 changes model mid-way. The first variant is the stable one; the others are canaries.
 
-Each finished run is recorded against its variant. A canary is rolled back (its weight
-becomes 0, new sessions stop going to it, and its sessions move to the stable variant on
-their next turn) when, over the last ``rollback.window`` seconds and with at least
-``rollback.min_runs`` runs of both, its share of failed runs exceeds the stable one's by
-more than ``max_error_rate_increase``, or its P95 run latency is more than
-``max_p95_ratio`` times the stable one's. A rollback is logged, audited and counted; it
+Each finished run is recorded against its variant: its duration, and whether it failed,
+which is every way a run ends that a sound model would not end it (a model error, an
+invalid answer, a refusal, the step or tool-call limit, the budget cut short). A run the
+caller or the sidecar stopped (cancelled, interrupted) says nothing of the model and is
+not recorded. Over the last ``rollback.window`` seconds, with at least
+``rollback.min_runs`` runs of both, a canary is rolled back (its weight becomes 0, new
+sessions stop going to it, and its sessions move to the stable variant on their next
+turn) when it is worse than the stable variant by more than noise, on either count:
+
+- **failures**: its share of failed runs exceeds the stable one's by more than
+  ``max_error_rate_increase``, and a one-sided two-proportion test says the difference is
+  significant at ``significance``;
+- **latency**: its P95 is more than ``max_p95_ratio`` times the stable one's *and* more
+  than ``min_p95_increase`` seconds above it, and a one-sided Mann-Whitney U test says its
+  runs are slower at ``significance``.
+
+Both a relative and an absolute threshold, and a test of significance: an identical twin
+is not rolled back for "4 ms against 2 ms". A rollback is logged, audited and counted; it
 lasts until the configuration is reloaded (promotion and rollback are config changes).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -25,8 +38,22 @@ from typing import Any
 
 from sidecar.config import RollbackConfig
 from sidecar.llm.model import Model
+from sidecar.types import StopReason
 
-__all__ = ["RunModels", "Variant", "VariantRouter"]
+__all__ = ["RunModels", "Variant", "VariantRouter", "judged"]
+
+_SOUND = frozenset({StopReason.ANSWERED, StopReason.BUDGET_ANSWERED})
+"""How a run of a sound model ends."""
+_NOT_THE_MODELS = frozenset({StopReason.CANCELLED, StopReason.INTERRUPTED})
+"""Ends the caller or the sidecar caused: they say nothing of the model."""
+
+
+def judged(reason: StopReason) -> bool | None:
+    """Whether a run that ended with ``reason`` counts as failed against its variant;
+    None when it says nothing of the model (not recorded)."""
+    if reason in _NOT_THE_MODELS:
+        return None
+    return reason not in _SOUND
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +87,8 @@ class Variant:
     rolled_back: str | None = None
     """Why it was taken out of rotation, once it was."""
     samples: deque[_Sample] = field(default_factory=deque)
+    unjudged: int = 0
+    """Runs recorded since the canary was last judged."""
 
     @property
     def in_rotation(self) -> bool:
@@ -128,9 +157,14 @@ class VariantRouter:
         self._forget(variant, now)
         if variant is not self.stable and variant.rolled_back is None and self._rollback.enabled:
             self._forget(self.stable, now)
-            why = self._breach(variant)
-            if why is not None:
-                self._roll_back(variant, why)
+            # Judged after every run while samples are few, then every n-th run: the
+            # latency test sorts both windows, a cost that must not grow with traffic.
+            variant.unjudged += 1
+            if variant.unjudged >= max(1, len(variant.samples) // 100):
+                variant.unjudged = 0
+                why = self._breach(variant)
+                if why is not None:
+                    self._roll_back(variant, why)
 
     def _forget(self, variant: Variant, now: float) -> None:
         samples = variant.samples
@@ -142,21 +176,33 @@ class VariantRouter:
         ours, theirs = canary.samples, self.stable.samples
         if len(ours) < policy.min_runs or len(theirs) < policy.min_runs:
             return None
-        our_errors = sum(s.failed for s in ours) / len(ours)
-        their_errors = sum(s.failed for s in theirs) / len(theirs)
+        stable = self.stable.name or "the stable variant"
+        our_failed = sum(s.failed for s in ours)
+        their_failed = sum(s.failed for s in theirs)
+        our_errors, their_errors = our_failed / len(ours), their_failed / len(theirs)
         if our_errors - their_errors > policy.max_error_rate_increase:
-            return (
-                f"error rate {our_errors:.1%} against {their_errors:.1%} for "
-                f"{self.stable.name or 'the stable variant'} over {len(ours)} and "
-                f"{len(theirs)} runs (at most {policy.max_error_rate_increase:.1%} more)"
-            )
-        our_p95, their_p95 = _p95([s.duration for s in ours]), _p95([s.duration for s in theirs])
-        if their_p95 > 0 and our_p95 > policy.max_p95_ratio * their_p95:
-            return (
-                f"P95 latency {our_p95 * 1000:.0f} ms against {their_p95 * 1000:.0f} ms for "
-                f"{self.stable.name or 'the stable variant'} over {len(ours)} and "
-                f"{len(theirs)} runs (at most {policy.max_p95_ratio:g}x)"
-            )
+            p = _proportions_p(our_failed, len(ours), their_failed, len(theirs))
+            if p < policy.significance:
+                return (
+                    f"error rate {our_errors:.1%} against {their_errors:.1%} for {stable} "
+                    f"over {len(ours)} and {len(theirs)} runs (at most "
+                    f"{policy.max_error_rate_increase:.1%} more; p={p:.2g})"
+                )
+        our_times = [s.duration for s in ours]
+        their_times = [s.duration for s in theirs]
+        our_p95, their_p95 = _p95(our_times), _p95(their_times)
+        if (
+            our_p95 > policy.max_p95_ratio * their_p95
+            and our_p95 - their_p95 > policy.min_p95_increase
+        ):
+            p = _slower_p(our_times, their_times)
+            if p < policy.significance:
+                return (
+                    f"P95 latency {our_p95 * 1000:.0f} ms against {their_p95 * 1000:.0f} ms "
+                    f"for {stable} over {len(ours)} and {len(theirs)} runs (at most "
+                    f"{policy.max_p95_ratio:g}x and {policy.min_p95_increase:g} s more; "
+                    f"p={p:.2g})"
+                )
         return None
 
     def _roll_back(self, canary: Variant, why: str) -> None:
@@ -169,3 +215,40 @@ class VariantRouter:
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def _upper_tail(z: float) -> float:
+    """P(Z >= z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _proportions_p(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> float:
+    """One-sided p-value that ``a`` fails more often than ``b`` (a two-proportion z-test
+    with a continuity correction)."""
+    pooled = (failed_a + failed_b) / (runs_a + runs_b)
+    spread = math.sqrt(pooled * (1 - pooled) * (1 / runs_a + 1 / runs_b))
+    if spread == 0:
+        return 1.0  # both all failed or all fine: no difference to speak of
+    correction = 0.5 * (1 / runs_a + 1 / runs_b)
+    return _upper_tail((failed_a / runs_a - failed_b / runs_b - correction) / spread)
+
+
+def _slower_p(a: list[float], b: list[float]) -> float:
+    """One-sided p-value that runs of ``a`` take longer than runs of ``b`` (Mann-Whitney
+    U, normal approximation, ties ranked by their mean rank)."""
+    merged = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    rank_a = 0.0
+    i = 0
+    while i < len(merged):
+        j = i
+        while j + 1 < len(merged) and merged[j + 1][0] == merged[i][0]:
+            j += 1
+        rank = (i + j) / 2 + 1  # ranks from 1, ties share their mean
+        rank_a += rank * sum(1 for k in range(i, j + 1) if merged[k][1] == 0)
+        i = j + 1
+    n_a, n_b = len(a), len(b)
+    u = rank_a - n_a * (n_a + 1) / 2
+    spread = math.sqrt(n_a * n_b * (n_a + n_b + 1) / 12)
+    if spread == 0:
+        return 1.0
+    return _upper_tail((u - n_a * n_b / 2 - 0.5) / spread)

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from sidecar.agent.variants import RunModels, Variant, VariantRouter
+from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.config import RollbackConfig
 from sidecar.testing import ServerProcess
+from sidecar.types import StopReason
 from tests.support.stack import (
     SimControl,
     eventually,
@@ -151,7 +152,7 @@ async def test_a_canary_that_breaches_its_objective_is_rolled_back(
                         retry={"max_attempts": 1},
                     ),
                 ],
-                "rollback": {"min_runs": 5, "window": 120},
+                "rollback": {"min_runs": 5, "window": 120, "min_p95_increase": 0.1},
             }
         }
         config = sidecar_config(
@@ -204,6 +205,103 @@ def test_a_canary_within_its_objective_stays() -> None:
         router.record("v1", 0.120, False)  # 1.2x, under 1.5x
     router.record("v1", 0.1, True)  # one failure in 51: 2%, under 5 points more
     assert router.variants["v1"].rolled_back is None
+
+
+def _twin_rollbacks(seeds: range, scale: float) -> int:
+    """How many of ``seeds`` roll back a canary identical to the stable variant."""
+    rolled = 0
+    for seed in seeds:
+        rng = random.Random(seed)
+        router = VariantRouter(
+            "p",
+            [Variant(f"v{i}", 1.0, RunModels(answer=None), {}) for i in range(2)],  # type: ignore[arg-type]
+            RollbackConfig(),
+        )
+        for _ in range(300):
+            for name in ("v0", "v1"):
+                router.record(name, rng.lognormvariate(0, 0.8) * scale, rng.random() < 0.05)
+        rolled += router.variants["v1"].rolled_back is not None
+    return rolled
+
+
+def test_an_identical_twin_is_not_rolled_back_for_noise() -> None:
+    # Milliseconds apart at P95 is never a regression (the absolute threshold); seconds
+    # apart by chance rarely passes the test of significance, looked at after every run.
+    assert _twin_rollbacks(range(100), scale=0.003) == 0
+    assert _twin_rollbacks(range(100), scale=1.0) <= 1
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        StopReason.REFUSED,
+        StopReason.MAX_STEPS,
+        StopReason.MAX_TOOL_CALLS,
+        StopReason.MODEL_ERROR,
+        StopReason.INVALID_ANSWER,
+        StopReason.BUDGET_STOPPED,
+        StopReason.BUDGET_EXHAUSTED,
+    ],
+)
+def test_a_canary_that_ends_its_runs_as_a_sound_model_would_not_is_rolled_back(
+    reason: StopReason,
+) -> None:
+    router = _router([1.0, 1.0])
+    failed = judged(reason)
+    assert failed is True
+    for _ in range(40):
+        router.record("v0", 0.1, judged(StopReason.ANSWERED) is True)
+        router.record("v1", 0.1, failed)
+    assert router.variants["v1"].rolled_back is not None
+
+
+def test_runs_the_caller_or_the_sidecar_stopped_say_nothing_of_the_model() -> None:
+    assert judged(StopReason.CANCELLED) is None and judged(StopReason.INTERRUPTED) is None
+    assert judged(StopReason.ANSWERED) is False and judged(StopReason.BUDGET_ANSWERED) is False
+
+
+async def test_a_canary_that_always_refuses_is_rolled_back(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        profiles = {
+            "default": {
+                "variants": [
+                    _variant("stable", 1, "stable-model"),
+                    _variant("canary", 1, "canary-model"),
+                ],
+                "rollback": {"min_runs": 5, "window": 120},
+            }
+        }
+        config = sidecar_config(
+            sim, [{"name": "scripted", "address": tools.address}], profiles=profiles
+        )
+        control = SimControl(sim.address)
+        refusal = _raw({"role": "assistant", "content": None, "refusal": "I will not."})
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                sessions = {"stable": [], "canary": []}  # type: dict[str, list[str]]
+                while min(len(v) for v in sessions.values()) < 2:
+                    session = await client.create_session()
+                    result = await client.run(session.session_id, "hello", timeout=20)
+                    sessions[result.result.variant].append(session.session_id)
+                rolled_back = False
+                for _ in range(40):
+                    for name in ("stable", "canary"):
+                        if name == "canary":
+                            await control.faults(refusal)  # the canary's next answer
+                        run = await client.run(sessions[name][0], "hello", timeout=20)
+                        if run.result.variant != name:
+                            rolled_back = True  # its session moved to the stable variant
+                            await control.reset()
+                            break
+                        expected = (
+                            "STOP_REASON_REFUSED" if name == "canary" else "STOP_REASON_ANSWERED"
+                        )
+                        assert agent_pb2.StopReason.Name(run.result.stop_reason) == expected
+                    if rolled_back:
+                        break
+                assert rolled_back
 
 
 # -- tiering --------------------------------------------------------------------------------
