@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context latency-bill postgres clients clients-test
+	bench-telemetry bench-context bench-identity latency-bill postgres clients clients-test
 
 install: $(VENV)/.installed
 
@@ -75,6 +75,10 @@ demo: install
 ## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
 bench-telemetry: install
 	$(PY) -m bench.micro.telemetry_overhead
+
+## bench-identity: what the identity metadata and the assertion cost a tool call (about 1 min).
+bench-identity: install
+	$(PY) -m bench.micro.tool_identity
 
 ## latency-bill: log demo runs, print their latency bill, chart it to docs/latency-bill.png.
 latency-bill: install

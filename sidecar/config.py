@@ -667,14 +667,39 @@ class AuditConfig(_Strict):
     """File the lines are appended to; ``-`` for stdout; unset: no audit record."""
 
 
+class ToolAssertionConfig(_Strict):
+    """The signed identity assertion sent with every tool call: a JWT naming the principal,
+    session and run, which a tool server verifies with the published public key
+    (``agent-sidecar identity jwks``). Unset: none is signed."""
+
+    key_file: str = Field(min_length=1)
+    """PEM private key the sidecar signs with (PKCS#8 or the traditional form, not
+    encrypted): Ed25519 (signs EdDSA) or ECDSA P-256 (signs ES256). Read at start and on a
+    reload."""
+    issuer: str = Field("agent-sidecar", min_length=1)
+    """The ``iss`` claim; tool servers check it."""
+    ttl: float = Field(300.0, ge=10, le=86_400)
+    """Seconds an assertion is valid. One is signed per run and tool server, reused for the
+    run's calls to that server, and signed anew once three quarters of it have passed:
+    short enough that a leaked token soon expires, long enough that a run signs once."""
+    published_key_files: list[str] = Field(default_factory=list)
+    """More PEM keys (public or private) whose public halves ``agent-sidecar identity jwks``
+    publishes beside the signing key's: the next key before a rotation, the previous one
+    after it. Never used to sign."""
+
+
 class AuthConfig(_Strict):
-    """Who may call the sidecar, and the record of what they did."""
+    """Who may call the sidecar, the record of what they did, and how tools learn who they
+    serve."""
 
     principals: list[PrincipalConfig] = Field(default_factory=list)
     """The callers. Empty: no authentication, every caller is the anonymous principal
     (loopback only, unless ``server.insecure``)."""
     audit: AuditConfig = AuditConfig()
     """The audit record."""
+    tool_assertion: ToolAssertionConfig | None = None
+    """The signed identity assertion for tool servers; unset: tool calls carry the plain
+    identity metadata only."""
 
     @field_validator("principals")
     @classmethod

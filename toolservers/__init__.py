@@ -19,7 +19,7 @@ A complete tool server::
         server.run()
 
 See ``docs/tool-servers.md`` for the decorator's arguments, the two error
-channels, deadlines, progress and shutdown.
+channels, deadlines, progress, who a call serves (``ctx.identity``) and shutdown.
 """
 
 from agentsidecar.grpc_io import load_grpc
@@ -28,11 +28,13 @@ load_grpc()  # before the SDK's modules import grpc (docs/tool-servers.md, "gRPC
 
 from toolservers._context import ToolContext
 from toolservers._exceptions import ToolDefinitionError, ToolFailure, ToolServerError
+from toolservers._identity import CallerIdentity
 from toolservers._options import ServeOptions
 from toolservers._server import ToolServer
 from toolservers._tool import Tool
 
 __all__ = [
+    "CallerIdentity",
     "ServeOptions",
     "Tool",
     "ToolContext",

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentsidecar.v1 import tool_pb2
+from toolservers._identity import CallerIdentity, plain_identity
 
 ProgressWriter = Callable[[tool_pb2.StreamToolResponse], Awaitable[None]]
 
@@ -35,10 +36,13 @@ class ToolContext:
         grpc_context: The call's ``grpc.aio.ServicerContext``; None outside a server.
         write: Where progress reports go (the stream's ``write``); None drops them.
         latency: Simulated latency in seconds for ``simulate_latency``.
+        identity: Who the call serves, verified by the server; None: read from the
+            call's metadata when asked for (unverified).
     """
 
     __slots__ = (
         "_grpc_context",
+        "_identity",
         "_latency",
         "_latency_spent",
         "_loop",
@@ -54,8 +58,10 @@ class ToolContext:
         grpc_context: Any = None,
         write: ProgressWriter | None = None,
         latency: float = 0.0,
+        identity: CallerIdentity | None = None,
     ) -> None:
         self.call_id = call_id
+        self._identity = identity
         self.tool_name = tool_name
         self._grpc_context = grpc_context
         self._write = write
@@ -76,6 +82,21 @@ class ToolContext:
         if self._grpc_context is None:
             return ()
         return tuple((key, value) for key, value in self._grpc_context.invocation_metadata() or ())
+
+    @property
+    def identity(self) -> CallerIdentity:
+        """Who the call serves: the principal, session, run, call and the session's labels,
+        as the sidecar sent them (``docs/tool-servers.md``, "Who the call serves").
+
+        ``identity.verified`` is True when the server verified the sidecar's signed
+        assertion (``--identity-keys``); only then does the identity prove anything.
+
+        Raises:
+            ValueError: the call's identity metadata is malformed (not from a sidecar).
+        """
+        if self._identity is None:
+            self._identity = plain_identity(self.invocation_metadata(), self.call_id)
+        return self._identity
 
     async def report_progress(self, progress: float, total: float = 0.0, message: str = "") -> None:
         """Send a progress report to the caller.

@@ -48,6 +48,23 @@ class ServeOptions:
             ``tool_servers[].address: unix:PATH``. Created mode 0660; a socket left by a
             process that died is replaced, one a live process listens on is an error.
             Default none. On the command line: ``--unix PATH``.
+        identity_keys_file: The sidecar's public keys (a JWKS, as ``agent-sidecar identity
+            jwks`` prints it, or a PEM public key): every call's signed identity
+            assertion is verified before its tool runs, and a call whose assertion fails
+            (tampered with, expired, for another server, contradicted by the plain
+            metadata) ends UNAUTHENTICATED. Reread within a second of a change. Default
+            none: handlers see the plain, unverified identity. On the command line:
+            ``--identity-keys FILE``.
+        identity_audience: This server's name in the sidecar's configuration
+            (``tool_servers[].name``); needed with ``identity_keys_file``. On the command
+            line: ``--identity-audience NAME``.
+        identity_issuer: The issuer the sidecar signs as (``auth.tool_assertion.issuer``).
+            Default ``agent-sidecar``. On the command line: ``--identity-issuer NAME``.
+        identity_required: Refuse calls that carry no assertion (UNAUTHENTICATED). Default
+            False: they run, with the plain identity (``ctx.identity.verified`` False).
+            On the command line: ``--require-identity``.
+        identity_leeway: Seconds the clocks of the sidecar and this server may be apart
+            when an assertion's lifetime is checked. Default 10.
     """
 
     host: str = "127.0.0.1"
@@ -63,6 +80,11 @@ class ServeOptions:
     tls_client_ca_file: str | None = None
     token: str | None = field(default=None, repr=False)
     unix_socket: str | None = None
+    identity_keys_file: str | None = None
+    identity_audience: str | None = None
+    identity_issuer: str = "agent-sidecar"
+    identity_required: bool = False
+    identity_leeway: float = 10.0
 
     def __post_init__(self) -> None:
         if self.unix_socket is not None and (
@@ -75,6 +97,15 @@ class ServeOptions:
             raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file")
         if self.token is not None and not self.token.strip():
             raise ValueError("token is empty")
+        if self.identity_keys_file is not None and not self.identity_audience:
+            raise ValueError(
+                "identity_keys_file needs identity_audience: this server's name in the "
+                "sidecar's configuration (tool_servers[].name)"
+            )
+        if self.identity_required and self.identity_keys_file is None:
+            raise ValueError("identity_required needs identity_keys_file to verify with")
+        if self.identity_leeway < 0:
+            raise ValueError("identity_leeway is negative")
 
     def latency_for(self, tool_name: str) -> float:
         """The simulated latency of one tool, in seconds."""
@@ -131,6 +162,35 @@ def parse_serve_args(
         "--token-file", metavar="FILE", help="require the bearer token held in this file"
     )
     parser.add_argument(
+        "--identity-keys",
+        metavar="FILE",
+        help="verify each call's identity assertion with the sidecar's public keys "
+        "(a JWKS from 'agent-sidecar identity jwks', or a PEM public key)",
+    )
+    parser.add_argument(
+        "--identity-audience",
+        metavar="NAME",
+        help="this server's name in the sidecar's configuration (tool_servers[].name)",
+    )
+    parser.add_argument(
+        "--identity-issuer",
+        metavar="NAME",
+        default="agent-sidecar",
+        help="the issuer the sidecar signs as (default agent-sidecar)",
+    )
+    parser.add_argument(
+        "--require-identity",
+        action="store_true",
+        help="refuse calls without a verified identity assertion",
+    )
+    parser.add_argument(
+        "--identity-leeway",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="clock difference allowed when checking an assertion's lifetime (default 10)",
+    )
+    parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=LEVELS,
@@ -178,6 +238,11 @@ def parse_serve_args(
             tls_client_ca_file=args.tls_client_ca,
             token=token,
             unix_socket=args.unix,
+            identity_keys_file=args.identity_keys,
+            identity_audience=args.identity_audience,
+            identity_issuer=args.identity_issuer,
+            identity_required=args.require_identity,
+            identity_leeway=args.identity_leeway,
         )
     except ValueError as exc:
         parser.error(
@@ -186,5 +251,9 @@ def parse_serve_args(
             .replace("tls_key_file", "--tls-key")
             .replace("tls_client_ca_file", "--tls-client-ca")
             .replace("unix_socket", "--unix")
+            .replace("identity_keys_file", "--identity-keys")
+            .replace("identity_audience", "--identity-audience")
+            .replace("identity_required", "--require-identity")
+            .replace("identity_leeway", "--identity-leeway")
         )
     return options, str(args.log_level), str(args.log_format)

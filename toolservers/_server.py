@@ -190,7 +190,8 @@ class ToolServer:
         Flags: ``--host`` (default 127.0.0.1), ``--port`` (default 0, any free
         port), ``--grace`` seconds, ``--latency-ms N`` for every tool,
         ``--latency TOOL=MS`` (repeatable), ``--sync-workers``, ``--log-level``,
-        ``--log-format text|json``.
+        ``--log-format text|json``, TLS and token flags, and the identity flags
+        (``--identity-keys``, ``--identity-audience``, ``--require-identity`` ...).
         Logs go to stderr; stdout carries one line, ``listening on HOST:PORT``.
         Uses uvloop when it is installed.
         """

@@ -7,6 +7,7 @@ DEADLINE_EXCEEDED, UNAVAILABLE); tool failures never do, they are results.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
@@ -17,7 +18,10 @@ from toolservers._context import ProgressWriter, ToolContext
 from toolservers._runner import MalformedArguments, ToolRunner
 
 if TYPE_CHECKING:
+    from toolservers._identity import CallerIdentity, IdentityVerifier
     from toolservers._tracing import HandlerTracing
+
+logger = logging.getLogger("toolservers")
 
 SERVICE_NAME: str = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
@@ -29,6 +33,8 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         runners: Tool name to its runner.
         tools: The ``ListTools`` answer, built once and returned as is.
         tracing: Continues the caller's trace in a span per call; None when tracing is off.
+        identity: Verifies who each call serves before its tool runs (UNAUTHENTICATED when
+            it does not verify); None: handlers read the plain, unverified metadata.
     """
 
     def __init__(
@@ -36,9 +42,11 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         runners: Mapping[str, ToolRunner],
         tools: tool_pb2.ListToolsResponse,
         tracing: HandlerTracing | None = None,
+        identity: IdentityVerifier | None = None,
     ):
         self._runners = dict(runners)
         self._tracing = tracing
+        self._identity = identity
         self._tools = tools
         self._available = ", ".join(runners) or "(none)"
         self._draining = False
@@ -101,15 +109,31 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         context: grpc.aio.ServicerContext,
         write: ProgressWriter | None,
     ) -> tool_pb2.ToolResult:
+        identity = None
+        if self._identity is not None:
+            identity = await self._verify(runner, call, context)
         tracing = self._tracing
         if tracing is None:
-            return await self._run(runner, call, context, write)
+            return await self._run(runner, call, context, write, identity)
         method = "CallTool" if write is None else "StreamTool"
         metadata = context.invocation_metadata()
         with tracing.span(method, runner.name, call.call_id, metadata) as span:
-            result = await self._run(runner, call, context, write)
+            result = await self._run(runner, call, context, write, identity)
             tracing.record(span, result)
             return result
+
+    async def _verify(
+        self, runner: ToolRunner, call: tool_pb2.CallToolRequest, context: grpc.aio.ServicerContext
+    ) -> CallerIdentity:
+        """The call's verified identity; the call ends UNAUTHENTICATED when it has none."""
+        from toolservers._identity import IdentityRefused
+
+        assert self._identity is not None
+        try:
+            return self._identity.verify(context.invocation_metadata() or (), call.call_id)
+        except IdentityRefused as exc:
+            logger.warning("%s: call %s refused: %s", runner.name, call.call_id[:64], exc)
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def _run(
         self,
@@ -117,9 +141,10 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         call: tool_pb2.CallToolRequest,
         context: grpc.aio.ServicerContext,
         write: ProgressWriter | None,
+        identity: CallerIdentity | None = None,
     ) -> tool_pb2.ToolResult:
         ctx = (
-            ToolContext(call.call_id, runner.name, context, write, runner.latency)
+            ToolContext(call.call_id, runner.name, context, write, runner.latency, identity)
             if runner.wants_context
             else None
         )

@@ -70,7 +70,22 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         from toolservers._tracing import HandlerTracing
 
         tracing = HandlerTracing(server_name, options.otlp_endpoint)
-    service = ToolService(runners, list_tools_response(tools), tracing)
+    identity = None
+    if options.identity_keys_file is not None:
+        from toolservers._identity import IdentityVerifier
+
+        assert options.identity_audience is not None
+        try:
+            identity = IdentityVerifier(
+                options.identity_keys_file,
+                options.identity_audience,
+                options.identity_issuer,
+                required=options.identity_required,
+                leeway=options.identity_leeway,
+            )
+        except ValueError as exc:
+            raise ToolServerError(str(exc)) from None
+    service = ToolService(runners, list_tools_response(tools), tracing, identity)
     health = HealthServicer()
     # No SO_REUSEPORT: a second server on a taken port must fail, not share it.
     server = grpc.aio.server(

@@ -59,6 +59,7 @@ from sidecar.errors import (
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import Principal
 from sidecar.security.quotas import RunQuotas
+from sidecar.security.tool_identity import ToolIdentity
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool, ListedTool
@@ -182,6 +183,8 @@ class Agent:
         audit: The audit record; unset: none.
         routers: Each profile's variants (with tiering); a profile without one runs on
             the loop's model.
+        tool_identity: What tool calls carry of who they serve; unset: the plain
+            metadata, no signed assertion.
 
     Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
     only for the principal that created it, and the principal's profiles and quotas
@@ -201,8 +204,10 @@ class Agent:
         max_sessions: int | None = None,
         audit: AuditLog | None = None,
         routers: Mapping[str, VariantRouter] | None = None,
+        tool_identity: ToolIdentity | None = None,
     ) -> None:
         self.loop = loop
+        self.tool_identity = tool_identity or ToolIdentity()
         self.routers = dict(routers or {})
         self.store = store
         self.context = context or ContextAssembler(
@@ -585,6 +590,9 @@ class Agent:
             if trace
             else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
         )
+        identity = self.tool_identity.for_run(
+            turn.principal, turn.session_id, turn.run_id, session.labels
+        )
         self._active += 1
         self._idle.clear()
         result: RunResultWithMessages | None = None
@@ -623,6 +631,7 @@ class Agent:
                     sink=sink,
                     approver=self._approver(session, profile, deadline) if sink else None,
                     metadata=passed,
+                    identity=identity,
                     clock=clock,
                     trace=trace,
                     on_tool_call=on_tool_call,

@@ -51,6 +51,7 @@ from sidecar.types import (
 )
 
 if TYPE_CHECKING:
+    from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ class AgentLoop:
         sink: EventSink | None = None,
         approver: Approver | None = None,
         metadata: Sequence[tuple[str, str]] = (),
+        identity: RunIdentity | None = None,
         clock: Clock | None = None,
         trace: RunTrace | None = None,
         on_tool_call: ToolCallListener | None = None,
@@ -187,6 +189,7 @@ class AgentLoop:
             sink: receives events as they happen; None when nobody listens.
             approver: decides calls that need approval.
             metadata: gRPC metadata for tool calls (trace context).
+            identity: who the run serves, for its tool calls; unset: they carry none.
             clock: the run's clock, when the caller started it earlier.
             trace: the run's spans, when tracing is on.
             on_tool_call: told of every tool call's end (the audit record).
@@ -196,6 +199,7 @@ class AgentLoop:
         clock = clock or Clock()
         run = _Run(self, profile, clock, deadline, structured, sink, approver, metadata)
         run.trace = trace
+        run.identity = identity
         run.on_tool_call = on_tool_call
         run.models = models or RunModels(self.model)
         run.system_message = system_message or profile.system_message
@@ -236,6 +240,7 @@ class _Run:
         self.tool_calls = 0
         self.steps = 0
         self.trace: RunTrace | None = None
+        self.identity: RunIdentity | None = None
         self.on_tool_call: ToolCallListener | None = None
         self.models = RunModels(loop.model)
         self.system_message = profile.system_message
@@ -384,6 +389,7 @@ class _Run:
                 sink=self.sink,
                 approver=self.approver,
                 metadata=self.metadata,
+                identity=self.identity,
                 trace=self.trace,
                 trim=self.profile.trim,
                 on_finished=self.on_tool_call,
@@ -465,6 +471,7 @@ class _Run:
             allowed=self.profile.allowed,
             sink=self.sink,
             metadata=self.metadata,
+            identity=self.identity,
             trace=self.trace,
             on_finished=self.on_tool_call,
         )

@@ -61,6 +61,7 @@ from sidecar.security.audit import AuditLog
 from sidecar.security.exposure import check_exposure, check_reload
 from sidecar.security.identity import Authenticator
 from sidecar.security.tls import server_credentials
+from sidecar.security.tool_identity import ToolIdentity
 from sidecar.sessions.factory import store_from_config
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
@@ -143,7 +144,8 @@ class Sidecar:
     """Everything one sidecar process runs, started and stopped as a unit.
 
     Raises:
-        StartupError: a token or TLS file cannot be read, or a token variable is unset.
+        StartupError: a token, TLS or signing-key file cannot be read, or a token variable
+            is unset.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class Sidecar:
             for s in config.tool_servers
         }
         self.authenticator = Authenticator(config.auth, environ)
+        self.tool_identity = ToolIdentity.from_config(config.auth.tool_assertion)
         self.audit = AuditLog(config.auth.audit.path, self.redact)
         self._health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
@@ -376,8 +379,8 @@ class Sidecar:
             ConfigError: the new configuration changes a section that needs a restart,
                 or switches caller authentication off; nothing was applied.
             StartupError: a model it names cannot be used (an unset key), a token file
-                cannot be read, or it fails the start-time exposure check; nothing was
-                applied.
+                or the signing key of ``auth.tool_assertion`` cannot be read, or it fails
+                the start-time exposure check; nothing was applied.
         """
         old = self.config
         restart = _restart_only_changes(old, config)
@@ -395,6 +398,9 @@ class Sidecar:
         # Everything new is built first; only then is anything swapped in.
         routers = self._routers(config, previous=old)
         authenticator = Authenticator(config.auth, self._environ)
+        tool_identity = agent.tool_identity
+        if config.auth.tool_assertion != old.auth.tool_assertion:
+            tool_identity = ToolIdentity.from_config(config.auth.tool_assertion)
         memory = self.memory
         if memory is not None:
             memory.set_models(
@@ -409,6 +415,7 @@ class Sidecar:
         agent.loop.set_profiles(config.profiles)
         agent.loop.set_tool_versions(_tool_versions(config))
         agent.context, agent.prices, agent.routers = context, prices, routers
+        agent.tool_identity = self.tool_identity = tool_identity
         servicer.authenticator = authenticator
         self.config = config
         return changed
@@ -496,6 +503,7 @@ class Sidecar:
             max_sessions=self.config.sessions.max_sessions,
             audit=self.audit,
             routers=self._routers(self.config),
+            tool_identity=self.tool_identity,
         )
         self._servicer = AgentServicer(
             self.agent,

@@ -1,4 +1,5 @@
-"""``agent-sidecar``: serve, run the LLM simulator, run the demo, or print a latency bill.
+"""``agent-sidecar``: serve, run the LLM simulator, run the demo, print a latency bill, or
+publish the key tool servers verify the sidecar's identity assertions with.
 
 Configuration is read here, once, validated, and passed down; nothing below this module
 reads the environment.
@@ -130,6 +131,27 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _identity_jwks(args: argparse.Namespace) -> int:
+    import json
+
+    from sidecar.config import load_config
+    from sidecar.errors import ConfigError, StartupError
+    from sidecar.security.tool_identity import AssertionSigner
+
+    try:
+        assertion = load_config(args.config).auth.tool_assertion
+        if assertion is None:
+            raise ConfigError(
+                f"{args.config} sets no auth.tool_assertion: the sidecar signs no assertion"
+            )
+        jwks = AssertionSigner(assertion).jwks()
+    except (ConfigError, StartupError) as exc:
+        print(f"agent-sidecar identity jwks: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(jwks, indent=2))
+    return 0
+
+
 def _level(text: str) -> str:
     if text.upper() not in LEVELS:
         raise argparse.ArgumentTypeError(f"{text!r} is not a log level: {', '.join(LEVELS)}")
@@ -204,6 +226,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--png", help="chart path (default: the first log's, ending .png)")
     report.add_argument("--no-png", action="store_true", help="print the bill only")
     report.set_defaults(handler=_report)
+
+    identity = commands.add_parser(
+        "identity",
+        help="the identity assertions tool servers verify (auth.tool_assertion)",
+        parents=[logging_flags],
+    )
+    identity_commands = identity.add_subparsers(dest="identity_command", required=True)
+    jwks = identity_commands.add_parser(
+        "jwks",
+        help="print the JWKS (public keys) tool servers verify the assertions with",
+        parents=[logging_flags],
+    )
+    jwks.add_argument("--config", required=True, help="the sidecar's YAML configuration file")
+    jwks.set_defaults(handler=_identity_jwks)
 
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)

@@ -1,1 +1,2 @@
-"""Transport security, caller identity, the audit record and per-caller quotas."""
+"""Transport security, caller identity, the audit record, per-caller quotas, and the
+identity tool calls carry (with its signed assertion)."""

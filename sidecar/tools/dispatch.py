@@ -40,6 +40,7 @@ from sidecar.tools.result_cache import ResultCache
 from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcome
 
 if TYPE_CHECKING:
+    from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
@@ -81,6 +82,8 @@ class StepScope:
     """Asked for tools that require approval; None denies them."""
     metadata: Sequence[tuple[str, str]] = ()
     """gRPC metadata to send with each call (trace context)."""
+    identity: RunIdentity | None = None
+    """Who the run serves: each call carries it (and the call's id) as metadata."""
     trace: RunTrace | None = None
     """The run's spans, when tracing is on: each call gets a span, and its metadata
     carries that span's context instead of ``metadata``."""
@@ -386,9 +389,11 @@ class Dispatcher:
             start = clock.now()
         if scope.sink is not None:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
-        attempt = _Attempt(
-            self._connection(tool.server), tool, call, scope.deadline, metadata, self._redact
-        )
+        connection = self._connection(tool.server)
+        sent: Sequence[tuple[str, str | bytes]] = metadata
+        if scope.identity is not None:
+            sent = scope.identity.call_metadata(connection.name, call.id, metadata)
+        attempt = _Attempt(connection, tool, call, scope.deadline, sent, self._redact)
         try:
             result = await attempt.run()
         except BreakerOpenError:
@@ -463,7 +468,7 @@ class _Attempt:
         tool: CatalogTool,
         call: ToolCall,
         deadline: float,
-        metadata: Sequence[tuple[str, str]],
+        metadata: Sequence[tuple[str, str | bytes]],
         redact: Callable[[str], str] | None,
     ) -> None:
         self._connection = connection
@@ -594,7 +599,7 @@ async def _call(
     connection: ToolServerConnection,
     request: tool_pb2.CallToolRequest,
     timeout: float,
-    metadata: Sequence[tuple[str, str]],
+    metadata: Sequence[tuple[str, str | bytes]],
     own_timeout: bool = True,
 ) -> tool_pb2.ToolResult:
     """One attempt behind the server's breaker; ``own_timeout`` is False when the deadline

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agent-sidecar/agent-sidecar/clients/go v0.0.0-00010101000000-000000000000
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	golang.org/x/text v0.42.0
 	google.golang.org/grpc v1.85.0

@@ -46,6 +46,8 @@ type Server struct {
 	version string
 	log     *slog.Logger
 	extra   []grpc.ServerOption
+	// identity, when set, verifies every call's identity assertion.
+	identity *IdentityConfig
 
 	mu      sync.Mutex
 	tools   []*registered
@@ -124,6 +126,11 @@ func (s *Server) serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	svc, err := s.freeze()
 	if err != nil {
 		return err
+	}
+	if s.identity != nil {
+		if svc.verifier, err = newVerifier(*s.identity); err != nil {
+			return err
+		}
 	}
 	opts := append([]grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalivePolicy)}, s.extra...)
 	gs := grpc.NewServer(opts...)
@@ -234,16 +241,33 @@ func (s *Server) Run(ctx context.Context, cfg Config) error {
 }
 
 // Main is a tool server's whole main function: it reads the flags --host, --port,
-// --grace and --log-level from the command line, serves until SIGTERM or SIGINT, drains
-// (see Serve) and exits 0; a second signal ends it at once. It exits 1 when it cannot
-// serve and 2 on bad flags.
+// --grace, --log-level and the identity flags (--identity-keys FILE, --identity-audience
+// NAME, --identity-issuer NAME, --require-identity, --identity-leeway DURATION; see
+// IdentityConfig) from the command line, serves until SIGTERM or SIGINT, drains (see
+// Serve) and exits 0; a second signal ends it at once. It exits 1 when it cannot serve
+// and 2 on bad flags.
 func (s *Server) Main() {
 	flags := flag.NewFlagSet(s.name, flag.ExitOnError)
 	host := flags.String("host", "127.0.0.1", "address to bind; 0.0.0.0 accepts other hosts")
 	port := flags.Int("port", 0, "port to bind; 0 picks a free one (the printed line says which)")
 	grace := flags.Duration("grace", DefaultGrace, "how long running calls get to finish after SIGTERM")
 	level := flags.String("log-level", "info", "stderr log level: debug, info, warn or error")
+	keys := flags.String("identity-keys", "", "verify each call's identity assertion with the sidecar's public keys (a JWKS from 'agent-sidecar identity jwks', or a PEM public key)")
+	audience := flags.String("identity-audience", "", "this server's name in the sidecar's configuration (tool_servers[].name)")
+	issuer := flags.String("identity-issuer", DefaultIssuer, "the issuer the sidecar signs as")
+	required := flags.Bool("require-identity", false, "refuse calls without a verified identity assertion")
+	leeway := flags.Duration("identity-leeway", DefaultLeeway, "clock difference allowed when checking an assertion's lifetime")
 	_ = flags.Parse(os.Args[1:])
+	switch {
+	case *keys != "" && *audience == "":
+		fmt.Fprintf(os.Stderr, "%s: --identity-keys needs --identity-audience: this server's name in the sidecar's configuration\n", s.name)
+		os.Exit(2)
+	case *required && *keys == "":
+		fmt.Fprintf(os.Stderr, "%s: --require-identity needs --identity-keys to verify with\n", s.name)
+		os.Exit(2)
+	case *keys != "":
+		s.identity = &IdentityConfig{KeysFile: *keys, Audience: *audience, Issuer: *issuer, Required: *required, Leeway: *leeway}
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: --log-level: %v\n", s.name, err)

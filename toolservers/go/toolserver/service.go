@@ -26,6 +26,7 @@ type service struct {
 	list     *pb.ListToolsResponse
 	inflight *inflight
 	log      *slog.Logger
+	verifier *verifier // nil: handlers read the plain identity
 }
 
 var errDraining = status.Error(codes.Unavailable, "the tool server is shutting down; retry on another instance")
@@ -83,6 +84,18 @@ func (s *service) call(ctx context.Context, req *pb.CallToolRequest, progress fu
 	if tool == nil {
 		return nil, status.Errorf(codes.NotFound, "no tool %q; this server offers: %s", name, strings.Join(s.names, ", "))
 	}
+	var identity *Identity
+	if s.verifier != nil {
+		// Before anything of the request is looked at: a call that does not verify never
+		// reaches the tool.
+		id, err := s.verifier.verify(ctx, req.GetCallId())
+		if err != nil {
+			s.log.Warn("call refused", "tool", name, "call_id", truncate(req.GetCallId(), 64), "error", status.Convert(err).Message())
+			return nil, err
+		}
+		identity = id
+		ctx = context.WithValue(ctx, identityKey{}, id)
+	}
 	start := time.Now()
 	text := req.GetArguments()
 	if strings.TrimSpace(text) == "" {
@@ -104,7 +117,7 @@ func (s *service) call(ctx context.Context, req *pb.CallToolRequest, progress fu
 		setError(result, pb.ToolErrorKind_TOOL_ERROR_KIND_INVALID_ARGUMENTS, invalidArgumentsMessage(name, lines))
 		return finish()
 	}
-	call := &Call{ID: req.GetCallId(), Tool: name, Arguments: []byte(text), progress: progress}
+	call := &Call{ID: req.GetCallId(), Tool: name, Arguments: []byte(text), progress: progress, ctx: ctx, identity: identity}
 	value, err := s.run(ctx, tool, call)
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return nil, status.FromContextError(ctxErr).Err()
@@ -154,6 +167,13 @@ func (s *service) run(ctx context.Context, tool *registered, call *Call) (any, e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func setError(result *pb.ToolResult, kind pb.ToolErrorKind, message string) {

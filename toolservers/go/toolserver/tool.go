@@ -93,6 +93,8 @@ type Call struct {
 	Arguments json.RawMessage
 
 	progress func(*pb.ToolProgress) error
+	ctx      context.Context
+	identity *Identity
 }
 
 // Bind decodes the arguments into v (a pointer), as encoding/json does, with numbers
