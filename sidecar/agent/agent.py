@@ -479,13 +479,11 @@ class Agent:
             check_input(user_input, 0)  # names the field before any lookup
         if self._admitted >= self.max_runs:
             raise Overloaded(self.max_runs)
-        self.quotas.admit(principal)
         self._admitted += 1
         try:
             return await self._claim(principal, session_id, user_input, clock)
         except BaseException:
             self._admitted -= 1
-            self.quotas.release(principal)
             raise
 
     async def _claim(
@@ -498,6 +496,26 @@ class Agent:
         if profile is None:
             raise ProfileRemoved(session_id, session.profile)
         check_input(user_input, profile.config.max_input_chars)
+        # Only a run that starts spends a quota: admitted now, given back if the claim
+        # fails (a busy session, one deleted meanwhile, the caller gone).
+        mark = self.quotas.admit(principal)
+        try:
+            return await self._claim_session(
+                principal, session, profile, session_id, user_input, clock
+            )
+        except BaseException:
+            self.quotas.refund(principal, mark)
+            raise
+
+    async def _claim_session(
+        self,
+        principal: Principal,
+        session: Session,
+        profile: Profile,
+        session_id: str,
+        user_input: str,
+        clock: Clock,
+    ) -> ClaimedTurn:
         router = self.routers.get(profile.name)
         variant = None
         if router is not None:

@@ -2,7 +2,10 @@
 
 The session quota is counted in the store (it outlives the process); these two are the
 process's own. Each admission is all-or-nothing: a refused run takes no slot and leaves
-no mark in the minute's count.
+no mark in the minute's count, and a run admitted but then not started (its session could
+not be claimed) gives both back with :meth:`RunQuotas.refund`. Only runs that start spend
+a quota: a caller retrying a busy session, or asking for one that does not exist, does not
+use up its minute.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ class RunQuotas:
         self._running: dict[str, int] = {}
         self._started: dict[str, deque[float]] = {}
 
-    def admit(self, principal: Principal) -> None:
-        """Count a run starting for ``principal``; pair with :meth:`release`.
+    def admit(self, principal: Principal) -> float | None:
+        """Count a run starting for ``principal``; pair with :meth:`release`, or with
+        :meth:`refund` when it does not start after all.
+
+        Returns:
+            Its mark in the minute's count (for :meth:`refund`); None when not counted.
 
         Raises:
             QuotaExceeded: the principal is at one of its run quotas.
@@ -51,7 +58,22 @@ class RunQuotas:
                     name, "runs_per_minute", quota.runs_per_minute, retry_after=round(wait, 3)
                 )
             started.append(now)
+            mark: float | None = now
+        else:
+            mark = None
         self._running[name] = running + 1
+        return mark
+
+    def refund(self, principal: Principal, mark: float | None) -> None:
+        """A run admitted for ``principal`` did not start: its slot and its mark in the
+        minute's count are given back."""
+        self.release(principal)
+        started = self._started.get(principal.name)
+        if mark is not None and started is not None:
+            try:
+                started.remove(mark)
+            except ValueError:
+                pass  # already out of the window
 
     def release(self, principal: Principal) -> None:
         """A run admitted for ``principal`` ended."""

@@ -6,7 +6,7 @@ One sidecar serves every test of the module, with these principals:
 - alice: a token stored as its SHA-256 in the configuration;
 - bob: a token read from an environment variable;
 - carol: may use the ``narrow`` profile only, and hold two sessions at most;
-- dan: one run at a time;  erin: two runs a minute;
+- dan: one run at a time;  erin and gina: two runs a minute;
 - frank: a token read from a file, which is rotated.
 """
 
@@ -48,6 +48,7 @@ TOKENS = {
     "carol": "carol-token-0003",
     "dan": "dan-token-0004",
     "erin": "erin-token-0005",
+    "gina": "gina-token-0007",
 }
 SECRET = "sk-live0123456789abcdef"
 
@@ -73,6 +74,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         },
         {"name": "dan", "token_sha256": _sha(TOKENS["dan"]), "quota": {"concurrent_runs": 1}},
         {"name": "erin", "token_sha256": _sha(TOKENS["erin"]), "quota": {"runs_per_minute": 2}},
+        {"name": "gina", "token_sha256": _sha(TOKENS["gina"]), "quota": {"runs_per_minute": 2}},
         {"name": "frank", "token_file": str(frank_file)},
     ]
     with simulator() as sim, scripted_toolserver() as tools:
@@ -283,6 +285,33 @@ async def test_the_per_minute_quota_says_when_the_next_run_fits(stack: dict[str,
         assert details.retry_delay is not None and 0 < details.retry_delay <= 60
         # The refused run left no turn behind.
         assert len((await erin.get_session(session.session_id)).turns) == 2
+
+
+async def test_only_runs_that_start_spend_the_per_minute_quota(stack: dict[str, Any]) -> None:
+    async with client_of(stack, TOKENS["gina"]) as gina:
+        session = await gina.create_session()
+        refusals = []
+
+        async def refused(session_id: str, text: str) -> None:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await gina.run(session_id, text, timeout=20)
+            refusals.append(reason_of(info.value))
+
+        for _ in range(3):
+            await refused("no-such-session", "hello")
+            await refused(session.session_id, "x" * 200_001)  # over max_input_chars
+        stream = gina.stream(session.session_id, "three slow reads", timeout=30)
+        assert (await anext(stream)).HasField("run_started")  # the first run starts
+        for _ in range(3):
+            await refused(session.session_id, "hello")  # busy: retried as told
+        events = [e async for e in stream]
+        assert events[-1].run_finished.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+        assert refusals == ["SESSION_NOT_FOUND", "INPUT_TOO_LARGE"] * 3 + ["SESSION_BUSY"] * 3
+        # Nine refusals spent nothing: the second run of the minute is the second that ran.
+        second = await gina.run(session.session_id, "hello", timeout=20)
+        assert second.result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+        await refused(session.session_id, "hello")
+        assert refusals[-1] == "QUOTA_EXCEEDED"
 
 
 # -- the audit record ------------------------------------------------------------------------

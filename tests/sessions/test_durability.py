@@ -8,6 +8,7 @@ replica's turn is never taken; a dead one's is) runs against PostgreSQL alone.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -250,4 +251,49 @@ async def test_replicas_share_sessions_and_only_a_dead_replicas_turn_is_interrup
                 await stream.aclose()  # type: ignore[attr-defined]
     finally:
         await db.close()
+        await drop_database(postgres_server, dsn)
+
+
+async def test_a_claim_refused_by_another_replica_gives_its_run_quota_back(
+    processes: tuple[ServerProcess, ServerProcess],
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+) -> None:
+    # dan may run one turn at a time (a quota each replica counts for itself). His session
+    # held by a turn on replica A is busy on replica B: the refused claim on B must not
+    # keep B's one slot, or dan could run nothing more there.
+    dsn = await create_database(postgres_server)
+    token = "dan-token-quota"
+    auth = {
+        "principals": [
+            {
+                "name": "dan",
+                "token_sha256": hashlib.sha256(token.encode()).hexdigest(),
+                "quota": {"concurrent_runs": 1},
+            }
+        ]
+    }
+    config = _config(processes, sessions={"store": "postgres", "postgres": {"dsn": dsn}}, auth=auth)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    try:
+        with sidecar(config, tmp_path / "a") as a, sidecar(config, tmp_path / "b") as b:
+            async with (
+                AgentClient(a.address, token=token) as on_a,
+                AgentClient(b.address, token=token) as on_b,
+            ):
+                held, other = await on_a.create_session(), await on_a.create_session()
+                stream = on_a.stream(held.session_id, "hang please")
+                async with asyncio.timeout(20):
+                    async for event in stream:
+                        if event.WhichOneof("event") == "tool_call_started":
+                            break
+                for _ in range(3):
+                    with pytest.raises(grpc.aio.AioRpcError) as busy:
+                        await on_b.run(held.session_id, "let me in", timeout=10)
+                    assert busy.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                result = await on_b.run(other.session_id, "hello", timeout=30)
+                assert result.result.stop_reason == ANSWERED
+                await stream.aclose()  # type: ignore[attr-defined]
+    finally:
         await drop_database(postgres_server, dsn)
