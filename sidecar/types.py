@@ -136,6 +136,7 @@ class ToolCallStatus(enum.IntEnum):
     DENIED = 5
     UNKNOWN_TOOL = 6
     CACHED = 7
+    CANCELLED = 8
 
 
 class CacheResult(enum.IntEnum):

@@ -10,7 +10,17 @@ sidecar reopens the path when it no longer names the file it writes).
 
 Events: ``session_created``, ``session_deleted``, ``run_started``, ``run_finished``,
 ``tool_call``, ``approval_decided``, ``auth_failed`` (no or bad credentials),
-``call_refused`` (a principal's permission or quota).
+``call_refused`` (a principal's permission or quota), ``refusals_suppressed``.
+
+Refusals are written at a bounded rate: anyone who can reach the port can be refused, and
+must not be able to fill the disk. Past :data:`REFUSALS_PER_SECOND` (with a burst of
+:data:`REFUSAL_BURST`), refusals are counted instead of written, and one
+``refusals_suppressed`` line says how many of each event were left out, written with the
+next refusal that fits again, at most once a second, and at close.
+
+A line is one line to every reader: JSON allows U+2028, U+2029 and U+0085 raw in strings
+(tool arguments may hold them), but line-based readers split on them, so they are written
+escaped (``\u2028``).
 """
 
 from __future__ import annotations
@@ -33,6 +43,16 @@ log = logging.getLogger(__name__)
 
 _ARGUMENTS_CAP = 4096  # characters of redacted arguments kept on a line
 _REOPEN_CHECK = 1.0  # seconds between checks that the path still names the open file
+REFUSAL_EVENTS = frozenset({"auth_failed", "call_refused"})
+"""Events anyone who reaches the port can cause: written at a bounded rate."""
+REFUSALS_PER_SECOND = 10.0
+REFUSAL_BURST = 20.0
+# Characters JSON leaves raw in strings that line-based readers take for line breaks.
+_LINE_BREAKS = (
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2\x85", b"\\u0085"),
+)
 
 
 def _now() -> str:
@@ -49,6 +69,10 @@ class AuditLog:
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
         self._checked = 0.0
+        self._tokens = REFUSAL_BURST
+        self._refilled = time.monotonic()
+        self._suppressed: dict[str, int] = {}
+        self._summarised = 0.0
         if path == "-":
             self._fd = sys.stdout.fileno()
         elif path is not None:
@@ -78,12 +102,48 @@ class AuditLog:
                 os.close(old)
 
     def record(self, event: str, principal: str, **fields: Any) -> None:
-        """Append one line; fields whose value is None are left out."""
+        """Append one line; fields whose value is None are left out. A refusal
+        (:data:`REFUSAL_EVENTS`) past the rate limit is counted instead."""
         if not self.enabled:
+            return
+        if event in REFUSAL_EVENTS and not self._admit_refusal(event):
             return
         line: dict[str, Any] = {"time": _now(), "event": event, "principal": principal}
         line.update((k, v) for k, v in fields.items() if v is not None)
+        self._write(line)
+
+    def _admit_refusal(self, event: str) -> bool:
+        now = time.monotonic()
+        self._tokens = min(
+            REFUSAL_BURST, self._tokens + (now - self._refilled) * REFUSALS_PER_SECOND
+        )
+        self._refilled = now
+        if self._suppressed and now - self._summarised >= 1.0:
+            self._summarise(now)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        self._suppressed[event] = self._suppressed.get(event, 0) + 1
+        return False
+
+    def _summarise(self, now: float) -> None:
+        suppressed, self._suppressed = self._suppressed, {}
+        self._summarised = now
+        self._write(
+            {
+                "time": _now(),
+                "event": "refusals_suppressed",
+                "principal": "",
+                "count": sum(suppressed.values()),
+                "events": suppressed,
+            }
+        )
+
+    def _write(self, line: dict[str, Any]) -> None:
         data = orjson.dumps(line) + b"\n"
+        if b"\xe2\x80" in data or b"\xc2\x85" in data:
+            for raw, escaped in _LINE_BREAKS:
+                data = data.replace(raw, escaped)
         try:
             self._reopen_if_moved()
             assert self._fd is not None
@@ -101,6 +161,8 @@ class AuditLog:
         return {"arguments": shown, "arguments_sha256": digest}
 
     def close(self) -> None:
+        if self.enabled and self._suppressed:
+            self._summarise(time.monotonic())
         if self._fd is not None and self.path != "-":
             os.close(self._fd)
         self._fd = None

@@ -101,6 +101,7 @@ class _Prepared:
     writes: frozenset[str]
     outcome: ToolOutcome | None  # set when the call is settled without running
     arguments: dict[str, Any] | None = None  # parsed and validated
+    sent_to: str | None = None  # the server it was sent to, once it was
 
 
 class _Tries:
@@ -205,20 +206,15 @@ class EarlyCalls:
         scope = self._scope
         if early.running and (scope.sink is not None or scope.on_finished is not None):
             call = early.item.call
-            outcome = ToolOutcome(
-                call_id=call.id,
-                tool_name=call.name,
-                status=ToolCallStatus.ERROR,
-                content="not used: the model's final answer did not keep this call",
-                start=scope.clock.now(),
-                duration=0.0,
-                attempts=0,
+            outcome = _cancelled(
+                call, "not used: the model's final answer did not keep this call", scope
             )
             if scope.sink is not None:
                 scope.sink.tool_call_finished(scope.step, outcome)
             if scope.on_finished is not None:
                 tool = early.item.tool
-                scope.on_finished(call, tool.server if tool is not None else None, outcome)
+                server = early.item.sent_to or (tool.server if tool is not None else None)
+                scope.on_finished(call, server, outcome)
 
 
 class Dispatcher:
@@ -323,6 +319,10 @@ class Dispatcher:
                 done[i].set()
                 if span is not None:
                     span.end(outcome)
+                if outcome is None and item.sent_to is not None:
+                    # Cut off after it reached its server (the run cancelled or stopped):
+                    # the record still holds it.
+                    _report_cut_off(scope, item)
 
         async with asyncio.TaskGroup() as group:
             for i, item in enumerate(prepared):
@@ -394,6 +394,7 @@ class Dispatcher:
         if scope.identity is not None:
             sent = scope.identity.call_metadata(connection.name, call.id, metadata)
         attempt = _Attempt(connection, tool, call, scope.deadline, sent, self._redact)
+        item.sent_to = connection.name
         try:
             result = await attempt.run()
         except BreakerOpenError:
@@ -545,6 +546,25 @@ class _Attempt:
             time_allowed=self.allowed,
             server=self._connection.name,
         )
+
+
+def _cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
+    return ToolOutcome(
+        call_id=call.id,
+        tool_name=call.name,
+        status=ToolCallStatus.CANCELLED,
+        content=why,
+        start=scope.clock.now(),
+        duration=0.0,
+        attempts=0,
+    )
+
+
+def _report_cut_off(scope: StepScope, item: _Prepared) -> None:
+    """Tell the listener (the audit record) of a call its run cut off after it was sent."""
+    if scope.on_finished is not None:
+        outcome = _cancelled(item.call, "cut off: the run ended before the call did", scope)
+        scope.on_finished(item.call, item.sent_to, outcome)
 
 
 def _settled(call: ToolCall, status: ToolCallStatus, content: str, now: float) -> ToolOutcome:

@@ -100,6 +100,11 @@ const (
 	ToolCallStatus_TOOL_CALL_STATUS_UNKNOWN_TOOL ToolCallStatus = 6
 	// The call was served from the result cache without running the tool.
 	ToolCallStatus_TOOL_CALL_STATUS_CACHED ToolCallStatus = 7
+	// The call was cut off before it ended: its run was cancelled or stopped (the
+	// caller left, the session was deleted, the sidecar drained), or it was started
+	// early from the model's stream and the final answer did not keep it. The tool
+	// server may have received it; the audit record holds it either way.
+	ToolCallStatus_TOOL_CALL_STATUS_CANCELLED ToolCallStatus = 8
 )
 
 // Enum value maps for ToolCallStatus.
@@ -113,6 +118,7 @@ var (
 		5: "TOOL_CALL_STATUS_DENIED",
 		6: "TOOL_CALL_STATUS_UNKNOWN_TOOL",
 		7: "TOOL_CALL_STATUS_CACHED",
+		8: "TOOL_CALL_STATUS_CANCELLED",
 	}
 	ToolCallStatus_value = map[string]int32{
 		"TOOL_CALL_STATUS_UNSPECIFIED":  0,
@@ -123,6 +129,7 @@ var (
 		"TOOL_CALL_STATUS_DENIED":       5,
 		"TOOL_CALL_STATUS_UNKNOWN_TOOL": 6,
 		"TOOL_CALL_STATUS_CACHED":       7,
+		"TOOL_CALL_STATUS_CANCELLED":    8,
 	}
 )
 
@@ -3455,7 +3462,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"OutputMode\x12\x1b\n" +
 	"\x17OUTPUT_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_MODE_STREAMED\x10\x01\x12\x1a\n" +
-	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*\x86\x02\n" +
+	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*\xa6\x02\n" +
 	"\x0eToolCallStatus\x12 \n" +
 	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TOOL_CALL_STATUS_OK\x10\x01\x12\x1a\n" +
@@ -3464,7 +3471,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1cTOOL_CALL_STATUS_UNAVAILABLE\x10\x04\x12\x1b\n" +
 	"\x17TOOL_CALL_STATUS_DENIED\x10\x05\x12!\n" +
 	"\x1dTOOL_CALL_STATUS_UNKNOWN_TOOL\x10\x06\x12\x1b\n" +
-	"\x17TOOL_CALL_STATUS_CACHED\x10\a*\xef\x02\n" +
+	"\x17TOOL_CALL_STATUS_CACHED\x10\a\x12\x1e\n" +
+	"\x1aTOOL_CALL_STATUS_CANCELLED\x10\b*\xef\x02\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +

@@ -28,6 +28,7 @@ class ToolCallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_CALL_STATUS_DENIED: _ClassVar[ToolCallStatus]
     TOOL_CALL_STATUS_UNKNOWN_TOOL: _ClassVar[ToolCallStatus]
     TOOL_CALL_STATUS_CACHED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_CANCELLED: _ClassVar[ToolCallStatus]
 
 class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -100,6 +101,7 @@ TOOL_CALL_STATUS_UNAVAILABLE: ToolCallStatus
 TOOL_CALL_STATUS_DENIED: ToolCallStatus
 TOOL_CALL_STATUS_UNKNOWN_TOOL: ToolCallStatus
 TOOL_CALL_STATUS_CACHED: ToolCallStatus
+TOOL_CALL_STATUS_CANCELLED: ToolCallStatus
 STOP_REASON_UNSPECIFIED: StopReason
 STOP_REASON_ANSWERED: StopReason
 STOP_REASON_MAX_STEPS: StopReason
