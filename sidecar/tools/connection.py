@@ -33,6 +33,10 @@ from sidecar.types import BreakerState
 log = logging.getLogger(__name__)
 
 _CHANNEL_OPTIONS = [
+    # The environment's proxy variables route model requests only. gRPC would read some
+    # of them (https_proxy, http_proxy, grpc_proxy: lower case only) for tool servers too
+    # and carry their tokens through the proxy's tunnel: a tool server is dialled directly.
+    ("grpc.enable_http_proxy", 0),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.http2.max_pings_without_data", 0),
     # Reconnect fast after a tool server restarts; the default backoff reaches minutes.

@@ -35,6 +35,8 @@ from sidecar.llm.pacing import Pacers
 from sidecar.llm.transport import proxy_for
 from sidecar.testing import ServerProcess
 from sidecar.testing.certs import TestCA
+from tests.support import SCRIPTED_TOOLSERVER
+from tests.support.stack import simulator as scripted_simulator
 
 HERE = Path(__file__).parent
 TRANSPORTS = ["direct", "sdk"]
@@ -697,3 +699,28 @@ async def test_a_retry_writes_a_log_line_with_the_request_id_status_and_delay(
         assert "request id req_" in line  # the simulator's own id of the failed request
     if status != "None":
         assert line.endswith("in 0.05 s")
+
+
+@pytest.mark.parametrize(
+    "names", [("https_proxy", "http_proxy"), ("grpc_proxy",), ("HTTPS_PROXY",)]
+)
+async def test_tool_server_links_never_go_through_the_model_proxy(
+    proxy: Proxy, tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    # The proxy variables route model requests; gRPC would read some of them (the lower
+    # case ones, grpc_proxy) for the links to tool servers too, and carry a tool server's
+    # token through the proxy's tunnel. It never does.
+    proxy.seen()
+    with scripted_simulator() as sim, testing.tool_server(str(SCRIPTED_TOOLSERVER)) as tools:
+        config = testing.sidecar_config(sim.address, {"scripted": tools.address})
+        config["tool_servers"][0].update(token_env="TOOL_TOKEN")
+        env = {name: proxy.url for name in names} | {"no_proxy": "", "NO_PROXY": ""}
+        env["TOOL_TOKEN"] = "tool-token-secret"
+        with testing.sidecar(config, tmp_path, env=env) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                session = await client.create_session()
+                result = (await client.run(session.session_id, "two reads", timeout=20)).result
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
+    assert result.tool_calls == 2
+    assert [line for line in proxy.seen() if tools.address in line] == []
