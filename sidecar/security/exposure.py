@@ -33,11 +33,23 @@ def check_exposure(config: SidecarConfig) -> list[str]:
 
     Raises:
         StartupError: a non-loopback address without TLS or without authentication
-            and no ``server.insecure``; or a tool-server token that would travel in
-            plaintext beyond loopback.
+            and no ``server.insecure``; a token that would travel in plaintext beyond
+            loopback (a principal's to the sidecar, or the sidecar's to a tool server),
+            ``server.insecure`` or not.
     """
     server = config.server
     problems: list[str] = []
+    tokens = [
+        p.name for p in config.auth.principals if p.token_sha256 or p.token_env or p.token_file
+    ]
+    if not is_loopback(server.host) and server.tls is None and tokens:
+        # Not waivable, server.insecure or not: a bearer token sent in plaintext is a
+        # token given away.
+        raise StartupError(
+            f"server.host {server.host} is not loopback, server.tls is unset and principals "
+            f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their tokens "
+            "would cross the network in plaintext; set server.tls (docs/security.md)"
+        )
     if not is_loopback(server.host):
         if server.tls is None:
             problems.append(f"server.host {server.host} is not loopback and server.tls is unset")

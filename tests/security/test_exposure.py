@@ -109,28 +109,49 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
+_BY_CERTIFICATE = {"name": "svc", "san": "spiffe://test/svc"}
+
+
 @given(
     host=st.sampled_from(["0.0.0.0", "::", "10.0.0.5", "sidecar.internal"]),
     tls=st.booleans(),
-    principals=st.booleans(),
+    principals=st.sampled_from(["none", "token", "certificate"]),
     insecure=st.booleans(),
 )
 def test_an_exposed_sidecar_starts_only_when_protected_or_insecure_is_said(
-    host: str, tls: bool, principals: bool, insecure: bool
+    host: str, tls: bool, principals: str, insecure: bool
 ) -> None:
     server: dict[str, Any] = {"host": host, "insecure": insecure}
     if tls:
         server["tls"] = {"cert_file": "c.pem", "key_file": "k.pem"}
-    config = parse_config(
-        {"server": server, "auth": {"principals": [PRINCIPAL] if principals else []}}
-    )
-    protected = tls and principals
-    if protected or insecure:
+    listed = {"none": [], "token": [PRINCIPAL], "certificate": [_BY_CERTIFICATE]}[principals]
+    config = parse_config({"server": server, "auth": {"principals": listed}})
+    protected = tls and principals != "none"
+    tokens_in_plaintext = principals == "token" and not tls
+    if tokens_in_plaintext:
+        # Never allowed: insecure waives anonymous callers and plaintext, not a token
+        # crossing the network readable.
+        with pytest.raises(StartupError) as refused:
+            check_exposure(config)
+        assert "plaintext" in str(refused.value)
+    elif protected or insecure:
         warnings = check_exposure(config)
         assert bool(warnings) is (not protected)
     else:
         with pytest.raises(StartupError):
             check_exposure(config)
+
+
+def test_insecure_does_not_let_bearer_tokens_travel_in_plaintext(
+    simulator: ServerProcess, tmp_path: Path
+) -> None:
+    stderr = _start(
+        simulator,
+        tmp_path,
+        {"host": "0.0.0.0", "insecure": True},
+        auth={"principals": [PRINCIPAL]},
+    )
+    assert "in plaintext" in stderr and "server.tls" in stderr and "Traceback" not in stderr
 
 
 _LABEL = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
