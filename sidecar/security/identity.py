@@ -76,6 +76,7 @@ class _TokenSource:
     """One principal's token digest: fixed, or read from a file and reread when it changes."""
 
     def __init__(self, config: PrincipalConfig, environ: Mapping[str, str]) -> None:
+        self._name = config.name
         self._file = config.token_file
         self._watch: FileWatch | None = None
         self._checked = 0.0
@@ -94,9 +95,11 @@ class _TokenSource:
             self._watch = FileWatch([self._file])
             self.digest = self._read(startup=True)
             self._checked = time.monotonic()
-        self._name = config.name
 
     def _read(self, *, startup: bool) -> bytes | None:
+        """The digest of the file's token. After start, a file that is gone, unreadable or
+        empty revokes the token (None): removing a token is how an operator takes a
+        caller's access away, so the old one never outlives its file."""
         assert self._file is not None
         try:
             token = Path(self._file).read_text().strip()
@@ -105,12 +108,22 @@ class _TokenSource:
                 raise StartupError(
                     f"cannot read the token file {self._file}: {exc.strerror}"
                 ) from None
-            log.warning("token file %s not reread: %s", self._file, exc.strerror)
-            return self.digest
+            log.warning(
+                "principal %s: token file %s unreadable (%s): its token is revoked",
+                self._name,
+                self._file,
+                exc.strerror,
+            )
+            return None
         if not token:
             if startup:
                 raise StartupError(f"the token file {self._file} is empty")
-            return self.digest
+            log.warning(
+                "principal %s: token file %s is empty: its token is revoked",
+                self._name,
+                self._file,
+            )
+            return None
         return token_digest(token)
 
     def current(self) -> bytes | None:

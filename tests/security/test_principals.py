@@ -166,6 +166,35 @@ async def test_a_rotated_token_file_takes_the_new_token_and_drops_the_old(
     await eventually(lambda: accepts("frank-token-1"), timeout=10, interval=0.2)
 
 
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+async def test_emptying_or_deleting_a_token_file_revokes_its_token(
+    stack: dict[str, Any], how: str
+) -> None:
+    async def refused() -> bool:
+        async with client_of(stack, "frank-token-1") as client:
+            try:
+                await client.create_session()
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                return True
+            return False
+
+    assert not await refused()
+    if how == "emptied":
+        stack["frank_file"].write_text("")
+    else:
+        stack["frank_file"].unlink()
+    try:
+        await eventually(refused, timeout=10, interval=0.2)
+    finally:
+        stack["frank_file"].write_text("frank-token-1\n")
+    await eventually(lambda: _not(refused), timeout=10, interval=0.2)
+
+
+async def _not(check: Any) -> bool:
+    return not await check()
+
+
 # -- ownership -----------------------------------------------------------------------------
 
 
