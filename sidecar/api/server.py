@@ -567,11 +567,12 @@ class Sidecar:
                     await connection.discovered.wait()
             except TimeoutError:
                 log.warning(
-                    "tool server %s (%s) not discovered within %.1fs; its tools stay hidden "
+                    "tool server %s (%s) not discovered within %.1fs%s; its tools stay hidden "
                     "until it answers",
                     connection.name,
                     connection.config.address,
                     connection.config.discovery_timeout,
+                    f": {connection.last_error}" if connection.last_error else "",
                 )
 
         await asyncio.gather(*(discovered(c) for c in self.connections.values()))

@@ -48,6 +48,27 @@ _CHANNEL_OPTIONS = [
 _CERTIFICATE_CHECK = 5.0  # seconds between checks of the TLS files
 _OLD_CHANNEL_GRACE = 60.0  # seconds a replaced channel's calls get to end
 
+_TLS_SIGNS = ("handshake", "ssl", "certificate", "tls")
+
+
+def unreachable_reason(exc: grpc.aio.AioRpcError) -> str:
+    """Why a call to a tool server failed, as an operator reads it: a failed TLS handshake
+    (ours refusing its certificate, or it refusing ours) is named as such."""
+    code = exc.code().name
+    details = (exc.details() or "").strip()
+    lowered = details.lower()
+    if "secure read failed" in lowered or "secure write failed" in lowered:
+        # The server closed the connection during the handshake: it refused the sidecar.
+        return (
+            "TLS handshake failed: the server closed the connection, refusing the sidecar "
+            "(does it require a client certificate: tls.cert_file and tls.key_file?) "
+            f"({code}: {details[:300]})"
+        )
+    if any(sign in lowered for sign in _TLS_SIGNS):
+        return f"TLS handshake failed ({code}: {details[:300]})"
+    return f"{code}: {details[:300]}" if details else code
+
+
 DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse], Awaitable[None]]
 StateListener = Callable[[str, BreakerState, BreakerState], None]
 
@@ -94,6 +115,9 @@ class ToolServerConnection:
         )
         self._on_breaker_change = on_breaker_change
         self.serving = False
+        self.last_error: str | None = None
+        """Why the latest attempt to reach the server failed (a TLS handshake named as
+        such), for the log lines that say it is missing; None once it answered."""
         self.discovered = asyncio.Event()
         self._on_discovered = on_discovered
         self._watch_task: asyncio.Task[None] | None = None
@@ -155,8 +179,10 @@ class ToolServerConnection:
                 tool_pb2.ListToolsRequest(), timeout=timeout, metadata=self.metadata or None
             )
         except grpc.aio.AioRpcError as exc:
-            log.warning("tool server %s: ListTools failed: %s", self.name, exc.code().name)
+            self.last_error = unreachable_reason(exc)
+            log.warning("tool server %s: ListTools failed: %s", self.name, self.last_error)
             return False
+        self.last_error = None
         await self._on_discovered(self.name, response)
         self.serving = True
         self.discovered.set()
@@ -185,8 +211,10 @@ class ToolServerConnection:
                     if not self.serving:
                         await self.discover(self.config.discovery_timeout)
                     return
-                if self.serving:
-                    log.warning("tool server %s unreachable: %s", self.name, exc.code().name)
+                reason = unreachable_reason(exc)
+                if self.serving or reason != self.last_error:
+                    log.warning("tool server %s unreachable: %s", self.name, reason)
+                self.last_error = reason
                 self.serving = False
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 2.0)

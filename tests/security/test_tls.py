@@ -329,3 +329,33 @@ async def test_with_mutual_tls_a_certificate_san_names_the_principal(
                 await mallory.get_session("by-certificate")
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert "names no principal" in (refused.value.details() or "")
+
+
+@pytest.mark.parametrize("failure", ["its certificate is refused", "it refuses ours"])
+async def test_a_tool_server_the_tls_handshake_fails_with_is_named_so(
+    pki: dict[str, Any],
+    simulator: ServerProcess,
+    locked_tool_server: ServerProcess,
+    tmp_path: Path,
+    failure: str,
+) -> None:
+    # The locked tool server's certificate comes from "ca" and it requires a client
+    # certificate from "ca": trusting "other" refuses its certificate; presenting none
+    # makes it refuse the sidecar.
+    if failure == "its certificate is refused":
+        tls: dict[str, Any] = {"ca_file": pki["other"].ca_file}
+    else:
+        tls = {"ca_file": pki["ca"].ca_file}
+    entry = {
+        "name": "orders",
+        "address": locked_tool_server.address,
+        "tls": tls,
+        "discovery_timeout": 1,
+    }
+    config = testing.sidecar_config(simulator.address, [entry])
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr, testing.sidecar(config, tmp_path, stderr=stderr) as side:
+        testing.wait_serving(side.address)
+    text = log.read_text()
+    (line,) = [ln for ln in text.splitlines() if "not discovered within" in ln]
+    assert "TLS handshake failed" in line, text
