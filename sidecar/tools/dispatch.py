@@ -359,16 +359,20 @@ class Dispatcher:
         metadata: Sequence[tuple[str, str]],
     ) -> ToolOutcome:
         """Run the call, or reuse a cached or in-flight result when its tool allows."""
-
-        def invoke() -> Awaitable[ToolOutcome]:
-            return self._run(scope, item, queued, metadata)
-
         tool, results = item.tool, self.results
         if results is None or tool is None or item.arguments is None or not results.caches(tool):
-            return await invoke()
-        return await results.call(
-            tool, item.arguments, item.call, invoke, scope.clock, scope.deadline
-        )
+            return await self._run(scope, item, queued, metadata)
+        # Every dispatched call starts before it finishes, for the caller: one answered
+        # from the cache (or by an identical call in flight) too. A cached tool needs no
+        # approval, so it starts now.
+        call = item.call
+        if scope.sink is not None:
+            scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
+
+        def invoke() -> Awaitable[ToolOutcome]:
+            return self._run(scope, item, queued, metadata, announced=True)
+
+        return await results.call(tool, item.arguments, call, invoke, scope.clock, scope.deadline)
 
     async def _run(
         self,
@@ -376,8 +380,10 @@ class Dispatcher:
         item: _Prepared,
         queued: float,
         metadata: Sequence[tuple[str, str]],
+        announced: bool = False,
     ) -> ToolOutcome:
-        """Approve (when the tool requires it), call the server, describe the outcome."""
+        """Approve (when the tool requires it), call the server, describe the outcome;
+        ``announced``: its start was told to the caller already."""
         call, tool, clock = item.call, item.tool, scope.clock
         assert tool is not None
         start = clock.now()
@@ -387,7 +393,7 @@ class Dispatcher:
             if denied is not None:
                 return denied
             start = clock.now()
-        if scope.sink is not None:
+        if scope.sink is not None and not announced:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
         connection = self._connection(tool.server)
         sent: Sequence[tuple[str, str | bytes]] = metadata

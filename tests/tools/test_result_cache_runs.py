@@ -151,3 +151,43 @@ async def test_replicas_sharing_the_store_reuse_each_others_results(
         assert await _calls(stack, "cached_read") == before + 1
     finally:
         await drop_database(postgres_server, dsn)
+
+
+_DISPATCHED = {
+    agent_pb2.TOOL_CALL_STATUS_OK,
+    agent_pb2.TOOL_CALL_STATUS_CACHED,
+    agent_pb2.TOOL_CALL_STATUS_TIMED_OUT,
+    agent_pb2.TOOL_CALL_STATUS_UNAVAILABLE,
+}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "call cached_read with key=pairs ms=5",  # a miss, then (below) a hit
+        "three identical cached reads",  # one flight, two shared
+        "early reads",
+        "two reads",
+        "unknown tool please",
+        "bad arguments please",
+        "broken tool",
+    ],
+)
+async def test_every_dispatched_call_starts_before_it_finishes(
+    client: AgentClient, text: str
+) -> None:
+    # A caller pairs tool_call_started with tool_call_finished by call id: every call
+    # that was dispatched (to its server, or answered by the cache) gets both, in order;
+    # a call settled before dispatch (unknown tool, invalid arguments) only finishes.
+    for _ in range(2):
+        events, _ = await run_events(client, text)
+        started: list[str] = []
+        for event in events:
+            kind = event.WhichOneof("event")
+            if kind == "tool_call_started":
+                started.append(event.tool_call_started.call_id)
+            elif kind == "tool_call_finished":
+                finished = event.tool_call_finished
+                dispatched = finished.status in _DISPATCHED or finished.attempts > 0
+                assert (finished.call_id in started) == dispatched, (text, finished)
+        assert len(started) == len(set(started)), text  # started once each
