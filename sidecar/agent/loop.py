@@ -281,7 +281,9 @@ class _Run:
     ) -> RunResultWithMessages:
         config = self.profile.config
         new: list[dict[str, Any]] = [{"role": "user", "content": user_input}]
-        schema = config.answer_schema if self.structured else None
+        # A profile with an answer schema answers in its form in either output mode; a
+        # streamed run streams the answer's JSON text as it comes.
+        schema = config.answer_schema
         stream = not self.structured and self.sink is not None
         self.history = history
         # Since the request arrived: session lookup, admission.
@@ -521,7 +523,7 @@ class _Run:
     ) -> RunResultWithMessages:
         new.append({"role": "assistant", "content": text})
         validate = self.profile.validate_answer
-        if self.structured and validate is not None:
+        if validate is not None:
             try:
                 validate(orjson.loads(text))
             except (orjson.JSONDecodeError, fastjsonschema.JsonSchemaException) as exc:
@@ -567,7 +569,7 @@ class _Run:
         messages = [self.profile.system_message, *self.history, *new, _ANSWER_NOW]
         tools = self.loop.tool_definitions(self.profile)
         stream = not self.structured and self.sink is not None
-        schema = self.profile.config.answer_schema if self.structured else None
+        schema = self.profile.config.answer_schema
         try:
             response = await self._think(
                 step, messages, tools, stream, schema, deadline=self.deadline, tool_choice="none"

@@ -472,3 +472,20 @@ async def test_an_oversized_request_is_refused_and_the_session_stays_usable(
     assert [t.input for t in (await client.get_session(session.session_id)).turns] == [
         "hello after that"
     ]
+
+
+async def test_a_streamed_run_of_a_profile_with_an_answer_schema_streams_the_validated_json(
+    client: AgentClient, sim: SimControl
+) -> None:
+    session = await client.create_session("structured")
+    events = [e async for e in client.stream(session.session_id, "what is the status?")]
+    result = events[-1].run_finished
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    deltas = "".join(e.text_delta.text for e in events if e.HasField("text_delta"))
+    assert deltas == result.answer and "status" in orjson.loads(result.answer)
+    sent = (await sim.stats())["last_request"]
+    assert sent["stream"] is True
+    assert sent["response_format"]["json_schema"]["schema"]["required"] == ["status"]
+    broken = await client.create_session("structured")
+    events = [e async for e in client.stream(broken.session_id, "bad structured answer")]
+    assert events[-1].run_finished.stop_reason == agent_pb2.STOP_REASON_INVALID_ANSWER

@@ -31,7 +31,10 @@ const (
 	// OUTPUT_MODE_STRUCTURED for Run.
 	OutputMode_OUTPUT_MODE_UNSPECIFIED OutputMode = 0
 	// The model's text is streamed as text_delta events as it is generated,
-	// for conversation.
+	// for conversation. When the profile declares an answer schema, the answer
+	// is requested in structured form as in OUTPUT_MODE_STRUCTURED: its JSON text
+	// streams as text deltas, and run_finished carries it once validated (or
+	// STOP_REASON_INVALID_ANSWER).
 	OutputMode_OUTPUT_MODE_STREAMED OutputMode = 1
 	// Only the final result matters: no text deltas. When the profile declares
 	// an answer schema, the answer is requested in structured form and
@@ -1603,7 +1606,12 @@ func (x *TextDelta) GetText() string {
 	return ""
 }
 
-// ToolCallStarted says a tool call was dispatched.
+// ToolCallStarted says a tool call was dispatched: sent to its tool server,
+// or answered by the result cache (or by an identical call in flight). Every
+// dispatched call has one tool_call_started before its tool_call_finished (for
+// a tool that requires approval, after approval_required and the approval); a
+// call settled before dispatch (an unknown tool, invalid arguments, a denied
+// approval) has only its tool_call_finished.
 type ToolCallStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The step the call belongs to, from 1.
