@@ -431,14 +431,17 @@ class ServerConfig(_Strict):
     grace_period: float = Field(10.0, ge=0)
     """Seconds in-flight runs get to finish after SIGTERM."""
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    """Largest gRPC message accepted or sent."""
+    """Largest gRPC message accepted or sent. An answer may take half of it (a longer one
+    ends the run ``answer_too_large``), a tool call's arguments or result a quarter."""
     max_concurrent_runs: int = Field(1024, ge=1)
     """Runs in flight at once in this process; one more is refused with
     RESOURCE_EXHAUSTED (reason OVERLOADED, with a retry delay) before anything runs."""
     stream_buffer_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
-    """Bytes of events a stream may hold for a caller that reads them too slowly; past
-    it the run is cancelled and the stream ends RESOURCE_EXHAUSTED (STREAM_BACKLOG), so
-    a slow reader costs the sidecar this much memory at most."""
+    """Bytes of events a stream holds for a caller that reads them too slowly: past it
+    the model's stream pauses until the caller takes events; a caller that takes none
+    for 5 s meanwhile, or lets twice this pile up, has its run cancelled and the stream
+    ends RESOURCE_EXHAUSTED (STREAM_BACKLOG). A slow reader costs at most twice this;
+    one that keeps up is never cut off."""
     tls: ServerTlsConfig | None = None
     """TLS (and mutual TLS) on the endpoint; unset: plaintext, allowed on loopback only
     unless ``insecure``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -321,6 +322,11 @@ class EventSink(Protocol):
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None: ...
 
     def budget_exceeded(self, overrun: BudgetOverrun) -> None: ...
+
+    def backlog(self) -> Awaitable[None] | None:
+        """None while the caller keeps up; else what to await before producing more (the
+        model's stream pauses on it), which ends once the caller has caught up."""
+        ...
 
 
 @dataclass(slots=True)

@@ -116,11 +116,18 @@ class AgentLoop:
         profiles: Mapping[str, ProfileConfig],
         results: ResultCache | None = None,
         redact: Callable[[str], str] | None = None,
+        max_message_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.model = model
         self._catalog = catalog
         self._connections = connections
-        self._dispatcher = Dispatcher(catalog, connections, results, redact)
+        # What a caller can rely on, whatever a model or a tool server sends: an answer
+        # fits in half a message (the rest holds the timeline), and a tool call's
+        # arguments or result in a quarter.
+        self.max_answer_bytes = max_message_bytes // 2
+        self._dispatcher = Dispatcher(
+            catalog, connections, results, redact, max_text_bytes=max_message_bytes // 4
+        )
         self.profiles = {name: Profile.build(name, p) for name, p in profiles.items()}
 
     def set_tool_versions(self, versions: Mapping[str, Sequence[tuple[str, float]]]) -> None:
@@ -441,7 +448,15 @@ class _Run:
             def on_text(text: str) -> None:
                 sink.text_delta(step, text)
 
-        request = ModelRequest(messages, tools, stream, remaining, schema, tool_choice)
+        request = ModelRequest(
+            messages,
+            tools,
+            stream,
+            remaining,
+            schema,
+            tool_choice,
+            backlog=sink.backlog if on_text is not None and sink is not None else None,
+        )
         on_tool_call = self.early.offer if self.early is not None else None
         start = self.clock.now()
         try:
@@ -521,6 +536,15 @@ class _Run:
     def _answer(
         self, text: str, new: list[dict[str, Any]], reason: StopReason = StopReason.ANSWERED
     ) -> RunResultWithMessages:
+        limit = self.loop.max_answer_bytes
+        if len(text) * 4 > limit and (size := len(text.encode())) > limit:
+            error = RunError(
+                "answer_too_large",
+                f"the model's answer is {size} bytes; the sidecar delivers answers of at most "
+                f"{limit} bytes (half of server.max_message_bytes)",
+                retryable=False,
+            )
+            return self.finish("", StopReason.MODEL_ERROR, [], error)
         new.append({"role": "assistant", "content": text})
         validate = self.profile.validate_answer
         if validate is not None:

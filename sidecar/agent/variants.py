@@ -55,6 +55,7 @@ def judged(reason: StopReason) -> bool | None:
         return None
     return reason not in _SOUND
 
+
 log = logging.getLogger(__name__)
 
 

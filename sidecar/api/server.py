@@ -484,6 +484,7 @@ class Sidecar:
             self.config.profiles,
             self.results,
             redact=self.redact,
+            max_message_bytes=self.config.server.max_message_bytes,
         )
         loop.set_tool_versions(_tool_versions(self.config))
         options = [

@@ -80,12 +80,36 @@ _Queue = asyncio.Queue[agent_pb2.StreamRunResponse | object | None]
 _BACKLOG = object()  # queued once a stream's caller has fallen too far behind
 
 
-class _StreamSink:
-    """Turns loop events into ``StreamRunResponse`` messages on a queue, holding at most
-    ``limit`` bytes of them for the caller: past that, the queue is emptied, the run
-    stopped (``on_backlog``) and the stream ends with STREAM_BACKLOG."""
+_BACKLOG_GRACE = 5.0
+"""Seconds the model's stream waits, paused, for a caller that has fallen behind."""
+_DELTA_PIECE = 256 * 1024
+"""Characters of one text_delta event at most: a longer piece of text from the model goes
+out as several (their concatenation is the same text), so no event outgrows a message."""
 
-    __slots__ = ("_limit", "_on_backlog", "_queue", "_run_id", "_sequence", "backlogged", "queued")
+
+class _StreamSink:
+    """Turns loop events into ``StreamRunResponse`` messages on a queue for the caller,
+    holding what a slow reader has not taken to a bound of ``limit`` bytes:
+
+    - the model's text pauses while more than ``limit`` bytes wait (backpressure: the
+      model's stream is read on only as the caller takes events), and a caller that takes
+      none for :data:`_BACKLOG_GRACE` seconds meanwhile is too slow;
+    - any other event that would make more than twice ``limit`` wait is too much.
+
+    Too slow or too much, the queue is emptied, the run stopped (``on_backlog``) and the
+    stream ends with STREAM_BACKLOG. A reader that keeps up is never cut off, however
+    large one event or a burst of them: ``run_finished``, the last event, always goes."""
+
+    __slots__ = (
+        "_caught_up",
+        "_limit",
+        "_on_backlog",
+        "_queue",
+        "_run_id",
+        "_sequence",
+        "backlogged",
+        "queued",
+    )
 
     def __init__(self, queue: _Queue, run_id: str, limit: int, on_backlog: Callable[[], object]):
         self._queue = queue
@@ -93,32 +117,62 @@ class _StreamSink:
         self._sequence = 0
         self._limit = limit
         self._on_backlog = on_backlog
+        self._caught_up: asyncio.Event | None = None
         self.queued = 0
         """Bytes of events waiting for the caller."""
         self.backlogged = False
 
-    def put(self, **event: Any) -> None:
+    def put(self, *, final: bool = False, **event: Any) -> None:
         if self.backlogged:
             return
         self._sequence += 1
         message = agent_pb2.StreamRunResponse(run_id=self._run_id, sequence=self._sequence, **event)
-        self.queued += message.ByteSize()
-        if self.queued > self._limit:
-            self.backlogged = True
-            while not self._queue.empty():  # free the memory now, not when it is read
-                self._queue.get_nowait()
-            self.queued = 0
-            self._queue.put_nowait(_BACKLOG)
-            self._on_backlog()
+        size = message.ByteSize()
+        if not final and self.queued and self.queued + size > 2 * self._limit:
+            self._overflow()
             return
+        self.queued += size
         self._queue.put_nowait(message)
+
+    def _overflow(self) -> None:
+        self.backlogged = True
+        while not self._queue.empty():  # free the memory now, not when it is read
+            self._queue.get_nowait()
+        self.queued = 0
+        self._queue.put_nowait(_BACKLOG)
+        if self._caught_up is not None:
+            self._caught_up.set()
+        self._on_backlog()
 
     def taken(self, message: agent_pb2.StreamRunResponse) -> None:
         """The caller took ``message``."""
         self.queued -= message.ByteSize()
+        if self._caught_up is not None and self.queued <= self._limit:
+            self._caught_up.set()
+            self._caught_up = None
+
+    def backlog(self) -> Awaitable[None] | None:
+        if self.queued <= self._limit or self.backlogged:
+            return None
+        return self._catch_up()
+
+    async def _catch_up(self) -> None:
+        if self._caught_up is None:
+            self._caught_up = asyncio.Event()
+        caught_up = self._caught_up
+        try:
+            async with asyncio.timeout(_BACKLOG_GRACE):
+                await caught_up.wait()
+        except TimeoutError:
+            self._overflow()  # stops the run: the next await is its cancellation
+            await asyncio.sleep(0)
 
     def text_delta(self, step: int, text: str) -> None:
-        self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
+        if len(text) <= _DELTA_PIECE:
+            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
+            return
+        for at in range(0, len(text), _DELTA_PIECE):
+            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text[at : at + _DELTA_PIECE]))
 
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
         self.put(
@@ -354,7 +408,7 @@ class AgentServicer:
                 )
             except Exception as exc:  # a bug, not a run failure: report it, don't hang
                 outcome = _failed_run(exc)
-            sink.put(run_finished=convert.run_result(outcome))
+            sink.put(final=True, run_finished=convert.run_result(outcome))
         finally:
             queue.put_nowait(None)
 

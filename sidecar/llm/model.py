@@ -11,7 +11,7 @@ failed call raises the :class:`~sidecar.errors.ModelError` tree (``sidecar.error
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,6 +65,9 @@ class ModelRequest:
     tool_choice: str | None = None
     """When set, sent as ``tool_choice`` (``"none"``: the tools stay in the prompt, so its
     prefix stays cacheable, but the model may not call them)."""
+    backlog: Callable[[], Awaitable[None] | None] | None = None
+    """Asked after each piece of a streamed response: an awaitable means whoever takes the
+    text has fallen behind, and reading pauses until it completes (backpressure)."""
 
 
 TextSink = Callable[[str], None]

@@ -286,10 +286,13 @@ class OpenAICompatibleModel:
             raise status_error(status, headers, body_json(await reply.read()))
         if request.stream:
             reader = StreamReader(sink, on_tool_call, started=sent)
+            backlog = request.backlog
             async for line in reply.lines():
                 reader.feed(line)
                 if reader.done:
                     break
+                if backlog is not None and (behind := backlog()) is not None:
+                    await behind
             response = reader.response()
         else:
             response = parse_completion(await reply.read())

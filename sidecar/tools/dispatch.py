@@ -226,11 +226,15 @@ class Dispatcher:
         connections: Mapping[str, ToolServerConnection],
         results: ResultCache | None = None,
         redact: Callable[[str], str] | None = None,
+        *,
+        max_text_bytes: int = 1024 * 1024,
     ) -> None:
         self._catalog = catalog
         self._connections = connections
         self.results = results
         self._redact = redact
+        self._max_text = max_text_bytes
+        """The most bytes of a call's arguments, or of its result, passed on."""
         self._versions: dict[str, list[tuple[str, float]]] = {}
         self._pick = random.Random()
 
@@ -343,6 +347,15 @@ class Dispatcher:
                 scope.clock.now(),
             )
             return _Prepared(call, None, frozenset(), frozenset(), settled)
+        limit = self._max_text
+        if len(call.arguments) * 4 > limit and (size := len(call.arguments.encode())) > limit:
+            settled = _settled(
+                call,
+                ToolCallStatus.ERROR,
+                f"the arguments are {size} bytes; at most {limit} are passed to a tool",
+                scope.clock.now(),
+            )
+            return _Prepared(call, tool, frozenset(), frozenset(), settled)
         try:
             arguments = tool.parse_arguments(call.arguments)
         except ArgumentsInvalid as exc:
@@ -399,7 +412,9 @@ class Dispatcher:
         sent: Sequence[tuple[str, str | bytes]] = metadata
         if scope.identity is not None:
             sent = scope.identity.call_metadata(connection.name, call.id, metadata)
-        attempt = _Attempt(connection, tool, call, scope.deadline, sent, self._redact)
+        attempt = _Attempt(
+            connection, tool, call, scope.deadline, sent, self._redact, self._max_text
+        )
         item.sent_to = connection.name
         try:
             result = await attempt.run()
@@ -460,6 +475,7 @@ class _Attempt:
         "_call",
         "_connection",
         "_deadline",
+        "_max_text",
         "_metadata",
         "_own_timeout",
         "_redact",
@@ -477,7 +493,9 @@ class _Attempt:
         deadline: float,
         metadata: Sequence[tuple[str, str | bytes]],
         redact: Callable[[str], str] | None,
+        max_text: int = 1024 * 1024,
     ) -> None:
+        self._max_text = max_text
         self._connection = connection
         self._redact = redact
         self._tool = tool
@@ -535,6 +553,8 @@ class _Attempt:
         handler: float | None = None,
         breaker_rejected: bool = False,
     ) -> ToolOutcome:
+        if len(content) * 4 > self._max_text:
+            content = _capped(content, self._max_text)
         if self._redact is not None:
             content = self._redact(content)  # what the model, the caller and the store see
         return ToolOutcome(
@@ -552,6 +572,18 @@ class _Attempt:
             time_allowed=self.allowed,
             server=self._connection.name,
         )
+
+
+def _capped(content: str, limit: int) -> str:
+    """``content`` cut to at most ``limit`` bytes of UTF-8, with a marker saying so."""
+    data = content.encode()
+    if len(data) <= limit:
+        return content
+    kept = data[: limit - 200].decode(errors="ignore")
+    return (
+        kept
+        + f"\n[... {len(data) - len(kept.encode())} more bytes cut: the sidecar passes on {limit}]"
+    )
 
 
 def _cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
