@@ -34,9 +34,13 @@ from sidecar.agent.limits import (
     capped,
     check_id,
     check_input,
-    check_labels,
-    check_reason,
+    id_problems,
+    input_problems,
+    label_problems,
     page_size,
+    page_size_problems,
+    reason_problems,
+    refuse,
 )
 from sidecar.agent.loop import AgentLoop, Profile, RunResultWithMessages
 from sidecar.agent.variants import Variant, VariantRouter, judged
@@ -45,6 +49,7 @@ from sidecar.context.calibration import TokenCalibration
 from sidecar.errors import (
     CallNotPending,
     Draining,
+    FieldViolation,
     InvalidRequest,
     Overloaded,
     PermissionDenied,
@@ -305,9 +310,11 @@ class Agent:
             SessionExists: the id is taken.
         """
         self._refuse_if_draining()
-        check_id(profile, "profile")
-        check_id(session_id, "session_id", required=False)
-        check_labels(labels)
+        refuse(
+            id_problems(profile, "profile"),
+            id_problems(session_id, "session_id", required=False),
+            label_problems(labels),
+        )
         if not principal.may_use(profile):
             raise PermissionDenied(principal.name, profile)
         self.profile(profile)
@@ -372,6 +379,7 @@ class Agent:
             InvalidRequest: a bad id, page size or page token.
             SessionNotFound: no such session.
         """
+        refuse(id_problems(session_id, "session_id"), page_size_problems(size))
         size = page_size(size)
         session = await self.get_session(principal, session_id)
         key = principal.key(session_id)
@@ -430,16 +438,29 @@ class Agent:
         return self.loop.session_tools(self.loop.profiles[session.profile])
 
     def decide(
-        self, principal: Principal, session_id: str, call_id: str, decision: Decision
+        self,
+        principal: Principal,
+        session_id: str,
+        call_id: str,
+        decision: Decision,
+        problems: Sequence[FieldViolation] = (),
     ) -> None:
         """Approve or deny a call waiting for approval in the principal's session.
 
+        Args:
+            problems: What the front found wrong with the request's own fields (an
+                unset decision), reported with every other invalid field.
+
         Raises:
+            InvalidRequest: naming every invalid field.
             CallNotPending: no such call is waiting.
         """
-        check_id(session_id, "session_id")
-        check_id(call_id, "call_id")
-        check_reason(decision.reason)
+        refuse(
+            problems,
+            id_problems(session_id, "session_id"),
+            id_problems(call_id, "call_id"),
+            reason_problems(decision.reason),
+        )
         try:
             self.approvals.decide(principal.key(session_id), call_id, decision)
         except CallNotPending:
@@ -458,9 +479,16 @@ class Agent:
     # -- turns ---------------------------------------------------------------------------
 
     async def begin_turn(
-        self, principal: Principal, session_id: str, user_input: str
+        self,
+        principal: Principal,
+        session_id: str,
+        user_input: str,
+        problems: Sequence[FieldViolation] = (),
     ) -> ClaimedTurn:
         """Check the request, load the principal's session and claim it for a new turn.
+
+        ``problems``: what the front found wrong with the request's own fields (an output
+        mode it does not know), reported with every other invalid field.
 
         Raises:
             Draining: the sidecar is shutting down.
@@ -474,9 +502,8 @@ class Agent:
         """
         clock = Clock()
         self._refuse_if_draining()
-        check_id(session_id, "session_id")
-        if not user_input or user_input.isspace():
-            check_input(user_input, 0)  # names the field before any lookup
+        # Every invalid field is named before any lookup.
+        refuse(problems, id_problems(session_id, "session_id"), input_problems(user_input))
         if self._admitted >= self.max_runs:
             raise Overloaded(self.max_runs)
         self._admitted += 1

@@ -3,12 +3,16 @@
 Every request field is checked here before anything is looked up or stored; a violation
 is an :class:`~sidecar.errors.InvalidRequest` naming each field, never a lookup of a
 5,000-character id or a label with a NUL in it. ``docs/errors.md`` lists these limits.
+
+A request's fields are checked together: the ``*_problems`` functions return what is wrong
+with one field (nothing when it is fine), and :func:`refuse` raises one error that names
+every invalid field, so a caller fixes them all at once.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from sidecar.errors import FieldViolation, InputTooLarge, InvalidRequest
 
@@ -23,7 +27,13 @@ __all__ = [
     "check_input",
     "check_labels",
     "check_reason",
+    "id_problems",
+    "input_problems",
+    "label_problems",
     "page_size",
+    "page_size_problems",
+    "reason_problems",
+    "refuse",
 ]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
@@ -51,25 +61,27 @@ def _describe(value: str) -> str:
     return "may hold only letters, digits and ._:@- and must start with a letter or digit"
 
 
+def id_problems(value: str, field: str, *, required: bool = True) -> list[FieldViolation]:
+    """What is wrong with an id of the syntax :data:`ID_PATTERN` (empty allowed when not
+    ``required``)."""
+    if (not value and not required) or ID_PATTERN.fullmatch(value):
+        return []
+    return [FieldViolation(field, _describe(value))]
+
+
 def check_id(value: str, field: str, *, required: bool = True) -> None:
     """An id of the syntax :data:`ID_PATTERN` (empty allowed when not ``required``).
 
     Raises:
         InvalidRequest: it is not.
     """
-    if not value and not required:
-        return
-    if not ID_PATTERN.fullmatch(value):
-        raise InvalidRequest.field(field, _describe(value))
+    refuse(id_problems(value, field, required=required))
 
 
-def check_labels(labels: Mapping[str, str]) -> None:
-    """At most :data:`MAX_LABELS` labels, keys of :data:`LABEL_KEY_PATTERN`, values of at
-    most :data:`MAX_LABEL_VALUE` characters without control characters.
-
-    Raises:
-        InvalidRequest: naming every bad label.
-    """
+def label_problems(labels: Mapping[str, str]) -> list[FieldViolation]:
+    """What is wrong with a session's labels: at most :data:`MAX_LABELS`, keys of
+    :data:`LABEL_KEY_PATTERN`, values of at most :data:`MAX_LABEL_VALUE` characters
+    without control characters; one violation per bad label."""
     problems: list[FieldViolation] = []
     if len(labels) > MAX_LABELS:
         problems.append(FieldViolation("labels", f"{len(labels)} labels; at most {MAX_LABELS}"))
@@ -89,8 +101,51 @@ def check_labels(labels: Mapping[str, str]) -> None:
                     f"at most {MAX_LABEL_VALUE} characters, no control characters",
                 )
             )
-    if problems:
-        raise InvalidRequest(problems)
+    return problems
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Labels as :func:`label_problems` wants them.
+
+    Raises:
+        InvalidRequest: naming every bad label.
+    """
+    refuse(label_problems(labels))
+
+
+def input_problems(text: str) -> list[FieldViolation]:
+    """What is wrong with a user input before its profile is known: empty, or only
+    whitespace (its length is checked against the profile's limit later)."""
+    if not text:
+        return [FieldViolation("input", "must not be empty")]
+    if text.isspace():
+        return [FieldViolation("input", "must not be only whitespace")]
+    return []
+
+
+def reason_problems(text: str) -> list[FieldViolation]:
+    """What is wrong with an approval's reason: longer than :data:`MAX_REASON`."""
+    if len(text) > MAX_REASON:
+        return [FieldViolation("reason", f"is {len(text)} characters; at most {MAX_REASON}")]
+    return []
+
+
+def page_size_problems(requested: int) -> list[FieldViolation]:
+    """What is wrong with a page size: above :data:`MAX_PAGE_SIZE`."""
+    if requested > MAX_PAGE_SIZE:
+        return [FieldViolation("page_size", f"is {requested}; at most {MAX_PAGE_SIZE}")]
+    return []
+
+
+def refuse(*problems: Iterable[FieldViolation]) -> None:
+    """Raise one error naming every problem of a request; nothing when there is none.
+
+    Raises:
+        InvalidRequest: with one field violation per problem.
+    """
+    found = [p for group in problems for p in group]
+    if found:
+        raise InvalidRequest(found)
 
 
 def check_input(text: str, limit: int) -> None:
@@ -114,8 +169,7 @@ def check_reason(text: str) -> None:
     Raises:
         InvalidRequest: it is longer.
     """
-    if len(text) > MAX_REASON:
-        raise InvalidRequest.field("reason", f"is {len(text)} characters; at most {MAX_REASON}")
+    refuse(reason_problems(text))
 
 
 def capped(text: str) -> str:
@@ -132,6 +186,5 @@ def page_size(requested: int) -> int:
     Raises:
         InvalidRequest: it is above :data:`MAX_PAGE_SIZE`.
     """
-    if requested > MAX_PAGE_SIZE:
-        raise InvalidRequest.field("page_size", f"is {requested}; at most {MAX_PAGE_SIZE}")
+    refuse(page_size_problems(requested))
     return requested or DEFAULT_PAGE_SIZE

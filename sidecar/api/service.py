@@ -27,7 +27,7 @@ from sidecar.agent.approvals import Decision
 from sidecar.api import convert
 from sidecar.api.status import internal_status, to_status
 from sidecar.errors import (
-    InvalidRequest,
+    FieldViolation,
     MalformedRequest,
     PermissionDenied,
     QuotaExceeded,
@@ -312,11 +312,19 @@ class AgentServicer:
         context: grpc.aio.ServicerContext,
         principal: Principal,
     ) -> agent_pb2.ApproveToolCallResponse:
-        if request.decision == agent_pb2.APPROVAL_DECISION_UNSPECIFIED:
-            raise InvalidRequest.field("decision", "must be APPROVE or DENY")
+        problems = []
+        if request.decision not in (
+            agent_pb2.APPROVAL_DECISION_APPROVE,
+            agent_pb2.APPROVAL_DECISION_DENY,
+        ):
+            problems.append(FieldViolation("decision", "must be APPROVE or DENY"))
         approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
         self._agent.decide(
-            principal, request.session_id, request.call_id, Decision(approved, request.reason)
+            principal,
+            request.session_id,
+            request.call_id,
+            Decision(approved, request.reason),
+            problems,
         )
         return agent_pb2.ApproveToolCallResponse()
 
@@ -343,9 +351,12 @@ class AgentServicer:
         principal: Principal,
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
         try:
+            problems = []
             if request.output_mode not in _OUTPUT_MODES:
-                raise InvalidRequest.field("output_mode", "must be a value of OutputMode")
-            turn = await self._agent.begin_turn(principal, request.session_id, request.input)
+                problems.append(FieldViolation("output_mode", "must be a value of OutputMode"))
+            turn = await self._agent.begin_turn(
+                principal, request.session_id, request.input, problems
+            )
         except Exception as exc:
             if isinstance(exc, PermissionDenied | QuotaExceeded):
                 self.audit_refusal(principal, "StreamRun", exc)

@@ -301,3 +301,67 @@ def test_any_bytes_to_any_method_get_a_status_a_caller_can_act_on(
             await c.wait_ready(5)  # still serving
 
     asyncio.run(call())
+
+
+_BAD_ID = st.one_of(
+    st.just(""), st.text(min_size=129, max_size=140), st.sampled_from(["a b", "x/y", "-lead", "é"])
+)
+_GOOD_ID = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,20}", fullmatch=True)
+
+
+@st.composite
+def _approvals(draw: st.DrawFn) -> tuple[agent_pb2.ApproveToolCallRequest, set[str]]:
+    bad = draw(
+        st.sets(st.sampled_from(["session_id", "call_id", "decision", "reason"]), min_size=1)
+    )
+    request = agent_pb2.ApproveToolCallRequest(
+        session_id=draw(_BAD_ID if "session_id" in bad else _GOOD_ID),
+        call_id=draw(_BAD_ID if "call_id" in bad else _GOOD_ID),
+        decision=0 if "decision" in bad else agent_pb2.APPROVAL_DECISION_DENY,
+        reason="r" * 2001 if "reason" in bad else "",
+    )
+    return request, bad
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[agent_pb2.StreamRunRequest, set[str]]:
+    bad = draw(st.sets(st.sampled_from(["session_id", "input", "output_mode"]), min_size=1))
+    request = agent_pb2.StreamRunRequest(
+        session_id=draw(_BAD_ID if "session_id" in bad else _GOOD_ID),
+        input=draw(st.sampled_from(["", "  \n"])) if "input" in bad else "hello",
+        output_mode=draw(st.integers(3, 99)) if "output_mode" in bad else 0,
+    )
+    return request, bad
+
+
+@st.composite
+def _creates(draw: st.DrawFn) -> tuple[agent_pb2.CreateSessionRequest, set[str]]:
+    bad = draw(st.sets(st.sampled_from(["profile", "session_id", "labels"]), min_size=1))
+    session_id = draw(_BAD_ID.filter(bool)) if "session_id" in bad else ""
+    request = agent_pb2.CreateSessionRequest(
+        profile=draw(_BAD_ID.filter(bool)) if "profile" in bad else "default",
+        session_id=session_id,
+        labels={"bad key!": "v"} if "labels" in bad else {"team": "a"},
+    )
+    return request, bad
+
+
+@pytest.mark.property
+@given(data=st.data())
+async def test_a_request_with_several_invalid_fields_names_each_of_them(
+    client: AgentClient, data: st.DataObject
+) -> None:
+    kind = data.draw(st.sampled_from(["approve", "run", "create"]))
+    if kind == "approve":
+        request, bad = data.draw(_approvals())
+        call = client.stub.ApproveToolCall(request, timeout=10)
+    elif kind == "run":
+        request, bad = data.draw(_runs())
+        call = client.stub.StreamRun(request, timeout=10).read()
+    else:
+        request, bad = data.draw(_creates())
+        call = client.stub.CreateSession(request, timeout=10)
+    details = await failure(call)
+    assert (details.code, details.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+    fields = [field.split("[")[0] for field, _ in details.violations]
+    assert sorted(fields) == sorted(bad), (request, details.violations)
