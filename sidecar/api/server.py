@@ -80,7 +80,7 @@ SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 _REFUSALS_QUIET = 0.25
 
 
-def _tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> str | None:
+def tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> str | None:
     """The token the sidecar sends a tool server, from its environment variable or file.
 
     Raises:
@@ -180,7 +180,7 @@ class Sidecar:
                 s,
                 on_discovered=self._discovered,
                 on_breaker_change=metrics.breaker_changed if metrics is not None else None,
-                token=_tool_server_token(s, environ),
+                token=tool_server_token(s, environ),
             )
             for s in config.tool_servers
         }
@@ -204,6 +204,8 @@ class Sidecar:
         self._ready_task: asyncio.Task[None] | None = None
         self._servicer: AgentServicer | None = None
         self.agent: Agent | None = None
+        self._ready = False  # every tool server discovered, or its discovery timed out
+        self._unknown_tools: dict[str, frozenset[str]] = {}
 
     async def _discovered(self, server: str, response: tool_pb2.ListToolsResponse) -> None:
         version_of = self._version_of.get(server)
@@ -222,6 +224,8 @@ class Sidecar:
             changed = await asyncio.to_thread(self.catalog.update, server, response)
         if changed:
             log.info("tool server %s: %d tools", server, len(response.tools))
+            if self._ready:
+                self._check_profile_tools()
 
     async def _start_model(self) -> Model:
         """The model client: the configured endpoint, or the embedded simulator.
@@ -418,6 +422,8 @@ class Sidecar:
         agent.tool_identity = self.tool_identity = tool_identity
         servicer.authenticator = authenticator
         self.config = config
+        if self._ready:
+            self._check_profile_tools()
         return changed
 
     def _prices(self, config: SidecarConfig) -> PriceTable:
@@ -577,8 +583,28 @@ class Sidecar:
                 )
 
         await asyncio.gather(*(discovered(c) for c in self.connections.values()))
+        self._ready = True
+        self._check_profile_tools()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def _check_profile_tools(self) -> None:
+        """Warn about (and count) names in profiles' tool lists that no tool server
+        offers: a typo there silently leaves the model without the tool."""
+        reported: dict[str, frozenset[str]] = {}
+        for name, profile in self.config.profiles.items():
+            unknown = frozenset(self.catalog.unknown(profile.tools or []))
+            self.telemetry.unknown_tools(name, len(unknown))
+            fresh = unknown - self._unknown_tools.get(name, frozenset())
+            if fresh:
+                log.warning(
+                    "profile %s names tools no tool server offers: %s; the model does not "
+                    "get them (a typo, or a server that is down?)",
+                    name,
+                    ", ".join(sorted(fresh)),
+                )
+            reported[name] = unknown
+        self._unknown_tools = reported
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain: health NOT_SERVING, refuse new runs, let in-flight runs finish."""

@@ -89,6 +89,26 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from sidecar.commands.check import check_config
+    from sidecar.config import load_config, resolve_api_key, secret_environment
+    from sidecar.errors import ConfigError
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"refused: {exc}")
+        return 2
+    environ = secret_environment(config, os.environ)
+    api_key = resolve_api_key(config.model, os.environ)
+    found = _run(check_config(config, environ, api_key, offline=args.offline))
+    for line in found.lines():
+        print(line)
+    verdict = {0: "ok", 1: "starts, with problems", 2: "would not start"}[found.exit_code]
+    print(f"{args.config}: {verdict}")
+    return int(found.exit_code)
+
+
 def _llm_sim(args: argparse.Namespace) -> int:
     from llmsim import serve_from_args
 
@@ -199,6 +219,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--config", help="YAML configuration file (default: built-in defaults)")
     serve.add_argument("--port", type=int, help="override server.port (0 picks a free port)")
     serve.set_defaults(handler=_serve)
+
+    check = commands.add_parser(
+        "check",
+        help="check a configuration as serve would at start, and find its tools",
+        parents=[logging_flags],
+    )
+    check.add_argument("--config", required=True, help="YAML configuration file")
+    check.add_argument(
+        "--offline", action="store_true", help="do not ask the tool servers for their tools"
+    )
+    check.set_defaults(handler=_check)
 
     sim = commands.add_parser(
         "llm-sim", help="run the built-in LLM simulator (not a model)", parents=[logging_flags]

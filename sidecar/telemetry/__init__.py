@@ -117,6 +117,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.variant_state(profile, variant, in_rotation)
 
+    def unknown_tools(self, profile: str, count: int) -> None:
+        if self.metrics is not None:
+            self.metrics.unknown_tools.labels(profile).set(count)
+
     def config_reloaded(self, applied: bool) -> None:
         if self.metrics is not None:
             self.metrics.config_reloads.labels("applied" if applied else "refused").inc()

@@ -304,6 +304,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.unknown_tools = Gauge(
+            "agent_sidecar_profile_unknown_tools",
+            "Names in a profile's tools list that no discovered tool server offers.",
+            ["profile"],
+            registry=r,
+        )
         self._profiles: dict[str, _ProfileSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
         self._tools: dict[tuple[str, str], _ToolSeries] = {}

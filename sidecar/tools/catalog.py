@@ -364,6 +364,12 @@ class ToolCatalog:
     def get(self, name: str) -> CatalogTool | None:
         return self._tools.get(name)
 
+    def unknown(self, names: Sequence[str]) -> list[str]:
+        """The names of a profile's ``tools`` list that no tool offered now answers to,
+        by name or as ``server.name``."""
+        known = set(self._tools) | {t.qualified_name for t in self._tools.values()}
+        return [name for name in names if name not in known]
+
     def tools(self) -> list[CatalogTool]:
         return list(self._tools.values())
 

@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from sidecar import testing
 from sidecar.telemetry import own_version
+from tests.support import SCRIPTED_TOOLSERVER
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -114,3 +117,65 @@ def test_an_answer_schema_that_cannot_check_answers_stops_the_sidecar_naming_the
     )
     assert done.returncode == 2
     assert "profiles.reports.answer_schema" in done.stderr and "Traceback" not in done.stderr
+
+
+def _check(
+    config: Path, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "check", "--config", str(config), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GROQ_API_KEY": "", **(env or {})},
+        check=False,
+    )
+
+
+def test_check_finds_a_tool_a_profile_names_and_no_server_offers(tmp_path: Path) -> None:
+    with testing.tool_server(str(SCRIPTED_TOOLSERVER)) as tools:
+        config = testing.sidecar_config(
+            "127.0.0.1:9",
+            {"scripted": tools.address},
+            profiles={
+                "typo": {"tools": ["slow_read", "slow_reed", "scripted.hang"]},
+                "fine": {"tools": ["scripted.slow_read"]},
+            },
+        )
+        path = tmp_path / "sidecar.yaml"
+        path.write_text(yaml.safe_dump(config))
+        found = _check(path)
+        offline = _check(path, "--offline")
+    assert found.returncode == 1, found.stdout + found.stderr
+    problems = [line for line in found.stdout.splitlines() if line.startswith("problem:")]
+    assert problems == ["problem: profile typo names tool 'slow_reed', which no tool server offers"]
+    assert offline.returncode == 0 and "ok" in offline.stdout
+
+
+def test_check_says_why_a_configuration_would_not_start(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"host": "0.0.0.0"},
+                "auth": {"principals": [{"name": "svc", "token_env": "SVC_TOKEN"}]},
+                "tool_servers": [{"name": "down", "address": "127.0.0.1:9"}],
+            }
+        )
+    )
+    done = _check(path, env={"SVC_TOKEN": ""})
+    assert done.returncode == 2
+    assert "SVC_TOKEN is unset or empty" in done.stdout
+    assert "in plaintext" in done.stdout and "would not start" in done.stdout
+    unreachable = tmp_path / "unreachable.yaml"
+    unreachable.write_text(
+        yaml.safe_dump(
+            {"tool_servers": [{"name": "down", "address": "127.0.0.1:9", "discovery_timeout": 1}]}
+        )
+    )
+    done = _check(unreachable)
+    assert done.returncode == 1 and "tool server down (127.0.0.1:9) did not list" in done.stdout
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text("profiles: {p: {max_stepz: 3}}\n")
+    done = _check(invalid)
+    assert done.returncode == 2 and "profiles.p.max_stepz" in done.stdout

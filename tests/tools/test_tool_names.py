@@ -15,6 +15,7 @@ from tests.support import SUPPORT
 from tests.support.stack import (
     SimControl,
     finished_calls,
+    scrape,
     scripted_toolserver,
     sidecar,
     sidecar_config,
@@ -161,3 +162,26 @@ async def test_a_result_over_the_limit_is_the_calls_error_not_the_servers(tmp_pa
     assert stats["calls"]["big_read"] == 3  # never retried
     availability = {t.tool.name: t.availability for t in tools_now}
     assert availability["big_read"] == agent_pb2.TOOL_AVAILABILITY_AVAILABLE  # breaker closed
+
+
+async def test_a_profile_naming_a_tool_no_server_offers_is_warned_of_and_counted(
+    tmp_path: Path,
+) -> None:
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            profiles={
+                "support": {"tools": ["slow_read", "get_order_staus"]},
+                "fine": {"tools": ["slow_read"]},
+            },
+            telemetry={"metrics": {"enabled": True, "port": 0}},
+        )
+        log = tmp_path / "stderr.log"
+        with log.open("wb") as stderr, sidecar(config, tmp_path, stderr=stderr) as side:
+            metrics = await scrape(side)
+    assert metrics.get("agent_sidecar_profile_unknown_tools", profile="support") == 1
+    assert metrics.get("agent_sidecar_profile_unknown_tools", profile="fine") == 0
+    warnings = [ln for ln in log.read_text().splitlines() if "no tool server offers" in ln]
+    assert len(warnings) == 1 and "profile support" in warnings[0]
+    assert "get_order_staus" in warnings[0]
