@@ -234,6 +234,18 @@ def _headers(api_key: str | None, agent: str) -> dict[str, str]:
     return headers
 
 
+def _proxy_wants_credentials() -> ModelUnavailable:
+    """A forward proxy answered 407, to a request or to a CONNECT: the same request would
+    be refused the same way, so it is never retried."""
+    return ModelUnavailable(
+        "model_unreachable",
+        "the proxy asked for credentials (407): the proxy's URL in HTTPS_PROXY or "
+        "HTTP_PROXY needs user:password",
+        retryable=False,
+        status=407,
+    )
+
+
 def _too_large() -> ModelUnavailable:
     return ModelUnavailable(
         "model_unreachable",
@@ -285,6 +297,8 @@ def _sdk_error(exc: BaseException) -> ModelUnavailable:
     """What an SDK connection error was. The SDK's aiohttp adapter reports every
     connection failure as a timeout (a refused connection too): the causes tell."""
     causes = _causes(exc)
+    if any(isinstance(c, aiohttp.ClientHttpProxyError) and c.status == 407 for c in causes):
+        return _proxy_wants_credentials()
     if any(isinstance(c, TimeoutError) for c in causes):
         return _timed_out()
     for cause in causes[1:]:
@@ -447,6 +461,8 @@ class DirectTransport:
         except TimeoutError:
             raise _timed_out() from None
         except aiohttp.ClientHttpProxyError as exc:
+            if exc.status == 407:
+                raise _proxy_wants_credentials() from None
             raise ModelUnavailable(
                 "model_unreachable",
                 f"the proxy {self._proxy} refused the connection: {exc.status} {exc.message}",
@@ -610,13 +626,7 @@ def status_error(status: int, headers: Mapping[str, str], body: Any) -> ModelErr
     message = str(error.get("message") or body or f"HTTP {status}")
     if status == 407:
         # A forward proxy's answer (to an http endpoint's request), not the endpoint's.
-        return ModelUnavailable(
-            "model_unreachable",
-            "the proxy asked for credentials (407): the proxy's URL in HTTPS_PROXY or "
-            "HTTP_PROXY needs user:password",
-            retryable=False,
-            status=status,
-        )
+        return _proxy_wants_credentials()
     if status == 400 and error.get("code") == "tool_use_failed":
         return ToolUseFailed(message, str(error.get("failed_generation") or ""))
     if status in _RETRYABLE_STATUS:

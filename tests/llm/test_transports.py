@@ -724,3 +724,66 @@ async def test_tool_server_links_never_go_through_the_model_proxy(
     assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
     assert result.tool_calls == 2
     assert [line for line in proxy.seen() if tools.address in line] == []
+
+
+async def _demanding_proxy() -> tuple[asyncio.Server, str, list[bytes]]:
+    """A forward proxy that answers every request (a CONNECT or a forwarded one) 407:
+    it wants credentials. It records each request line it got."""
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                seen.append(head.split(b"\r\n", 1)[0])
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                writer.write(
+                    b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                    b'Proxy-Authenticate: Basic realm="egress"\r\n'
+                    b"Content-Length: 0\r\n\r\n"
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    return server, f"http://{host}:{port}", seen
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_a_proxy_asking_for_credentials_is_asked_once_never_again(
+    transport: str, scheme: str
+) -> None:
+    # A 407 says the request lacks the proxy's credentials: sent again, it is refused
+    # again. The retry policy allows four attempts; one request reaches the proxy.
+    server, url, seen = await _demanding_proxy()
+    try:
+        client = OpenAICompatibleModel(
+            base_url=f"{scheme}://model.example/v1",
+            api_key="test-key",
+            model="m",
+            retry=RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.02),
+            timeout=10,
+            transport=transport,
+            pacers=Pacers(),
+            environ={f"{scheme.upper()}_PROXY": url},
+        )
+        try:
+            with pytest.raises(ModelUnavailable) as raised:
+                await client.complete(ModelRequest(HELLO, [], False, 10))
+        finally:
+            await client.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert raised.value.retryable is False and raised.value.attempts == 1
+    assert "407" in raised.value.message
+    assert len(seen) == 1, seen
+    assert seen[0].startswith(b"CONNECT " if scheme == "https" else b"POST http://model.example")
