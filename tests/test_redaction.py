@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import string
 from pathlib import Path
 from urllib.parse import quote
 
@@ -155,3 +156,24 @@ async def test_a_tool_result_carrying_a_secret_reaches_no_one_with_it(tmp_path: 
     finished = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
     assert finished and all(token not in f.content and MARK in f.content for f in finished)
     assert token not in str(events) and token not in str(stored)
+
+
+_B64TOKEN = st.text(
+    alphabet=st.sampled_from(string.ascii_letters + string.digits + "-._~+/"),
+    min_size=12,
+    max_size=60,
+).map(lambda t: t + "=" * (len(t) % 3))
+
+
+@given(
+    token=_B64TOKEN,
+    scheme=st.sampled_from(["Bearer", "bearer", "BEARER"]),
+    around=st.sampled_from(["{s} {t}", "'Authorization': '{s} {t}'", "{s}  {t}\n"]),
+)
+def test_a_bearer_token_of_any_b64token_characters_is_redacted_whole(
+    token: str, scheme: str, around: str
+) -> None:
+    # RFC 6750's b64token: letters, digits and -._~+/ then any '=': every one of them.
+    text = "upstream said: " + around.format(s=scheme, t=token) + " (end)"
+    before, after = around.split("{s}")[0], around.split("{t}")[1]
+    assert Redactor()(text) == "upstream said: " + before + MARK + after + " (end)"
