@@ -6,6 +6,7 @@ so tens of milliseconds before the model stage ends, and the run's timeline show
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -33,7 +34,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         config = sidecar_config(
             sim,
             [{"name": "scripted", "address": tools.address, "timeout": 5.0}],
-            profiles={"default": {}, "no_early": {"early_dispatch": False}},
+            profiles={
+                "default": {},
+                "no_early": {"early_dispatch": False},
+                "reads_only": {"tools": ["slow_read"]},
+            },
         )
         with sidecar(config, tmp_path_factory.mktemp("sidecar")) as side:
             yield {"sim": sim, "tools": tools, "sidecar": side}
@@ -131,3 +136,36 @@ async def test_a_call_started_early_from_a_broken_stream_is_cancelled_and_report
     assert all(f.content.startswith("not used:") for f in dropped)
     assert all(finished[call_id].status == agent_pb2.TOOL_CALL_STATUS_OK for call_id in kept)
     assert len(_call_ids(events)) == len(kept) + len(dropped)
+
+
+async def test_a_call_the_profile_does_not_allow_never_starts_early(
+    client: AgentClient, stack: dict[str, ServerProcess]
+) -> None:
+    # The first call of a two-call answer is complete (and would start early) once the
+    # stream moves on to the second; the profile allows only the second.
+    def call(index: int, name: str, arguments: str) -> dict[str, object]:
+        return {
+            "index": index,
+            "id": f"call_{index}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    chunks = [
+        {"choices": [{"delta": {"tool_calls": [call(0, "stock", '{"sku":"NOPE-1"}')]}}]},
+        {"choices": [{"delta": {"tool_calls": [call(1, "slow_read", '{"tag":"ok","ms":1}')]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    frames = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+    await SimControl(stack["sim"].address).faults({"kind": "raw", "frames": frames})
+    before = (await tool_stats(stack["tools"].address))["calls"].get("stock", 0)
+    session = await client.create_session("reads_only")
+    events = [e async for e in client.stream(session.session_id, "go", timeout=30)]
+    finished = {
+        e.tool_call_finished.tool_name: e.tool_call_finished
+        for e in events
+        if e.HasField("tool_call_finished")
+    }
+    assert finished["stock"].status == agent_pb2.TOOL_CALL_STATUS_UNKNOWN_TOOL
+    assert finished["slow_read"].status == agent_pb2.TOOL_CALL_STATUS_OK
+    assert (await tool_stats(stack["tools"].address))["calls"].get("stock", 0) == before
