@@ -152,12 +152,14 @@ def rate_limits(headers: Mapping[str, str], retry_after: float | None = None) ->
 class _Budget:
     """One budget (requests or tokens): what the server last said, and when it refills."""
 
-    __slots__ = ("limit", "remaining", "reset_at")
+    __slots__ = ("limit", "remaining", "reset_at", "since")
 
     def __init__(self) -> None:
         self.limit: int | None = None
         self.remaining: int | None = None  # None: unknown, never holds a request back
         self.reset_at = 0.0
+        self.since = -math.inf
+        """When the request whose answer set the current window was let through."""
 
     def update(
         self,
@@ -166,6 +168,7 @@ class _Budget:
         reset: float | None,
         now: float,
         max_wait: float,
+        admitted: float,
     ) -> None:
         if limit is not None:
             self.limit = limit
@@ -174,22 +177,27 @@ class _Budget:
         # Without a reset time, the budget is trusted for one second, then forgotten; a
         # reset further away than the ceiling is cut to it.
         reset_at = now + min(reset if reset is not None else 1.0, max_wait) + _SLACK_S
-        if (
-            self.remaining is not None
-            and now < self.reset_at < math.inf
-            and abs(reset_at - self.reset_at) <= _SAME_WINDOW_S
-        ):
+        known = self.remaining is not None and now < self.reset_at < math.inf
+        if known and abs(reset_at - self.reset_at) <= _SAME_WINDOW_S:
             # The same window: responses to concurrent requests arrive in any order, and
             # the lowest count is the latest one.
+            assert self.remaining is not None
             self.remaining = min(self.remaining, remaining)
+            return
+        if known and admitted < self.since:
+            # A late answer to a request sent before the one that told of the current
+            # window: it tells of an older window (under load, answers overtake each
+            # other), and would make a window that has begun look whole at its old reset.
             return
         self.remaining = remaining
         self.reset_at = reset_at
+        self.since = admitted
 
     def forget(self) -> None:
         """Nothing known holds a request back any more."""
         self.remaining = None
         self.reset_at = 0.0
+        self.since = -math.inf
 
     def room(self, now: float, in_flight: int, need: int) -> float:
         """0 when ``need`` fits beside what is in flight; else seconds until it may (until
@@ -359,15 +367,22 @@ class Pacer:
             self._blocked_until = 0.0
         if limits is not None and not limits.empty:
             ceiling = self.max_wait
+            admitted = ticket.admitted
             self._requests.update(
                 limits.limit_requests,
                 limits.remaining_requests,
                 limits.reset_requests,
                 now,
                 ceiling,
+                admitted,
             )
             self._tokens.update(
-                limits.limit_tokens, limits.remaining_tokens, limits.reset_tokens, now, ceiling
+                limits.limit_tokens,
+                limits.remaining_tokens,
+                limits.reset_tokens,
+                now,
+                ceiling,
+                admitted,
             )
             if limits.retry_after is not None:
                 until = now + min(limits.retry_after, ceiling)

@@ -554,3 +554,31 @@ async def test_one_hostile_answer_holds_later_runs_back_only_up_to_the_ceiling(
     paced = [s for s in later.timeline.stages if s.name == "model_pacing"]
     assert paced and all(s.duration.ToTimedelta().total_seconds() <= 1.2 for s in paced)
     assert (await sim(fresh, "GET", "/stats"))["requests"] == 2
+
+
+def test_a_late_answer_from_an_older_window_does_not_make_the_new_one_look_whole() -> None:
+    # Under load answers overtake each other: the answer to a request sent in the old
+    # window (0 left, resetting at once) arrives after one sent in the new window told
+    # of it (3 left, 1 s to go). Taken as news, the pacer would think the new window
+    # whole again at the old reset, and send into a 429.
+    clock = FakeClock()
+    pacer = Pacer(clock=clock)
+    limits = {"x-ratelimit-limit-requests": "4"}
+    old = pacer._admit(1, 0.0, clock())
+    clock.now += 0.5
+    new = pacer._admit(1, 0.0, clock())
+    clock.now += 0.6
+    new.report(
+        rate_limits(
+            {**limits, "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"}
+        ),
+        ok=True,
+    )
+    old.report(
+        rate_limits(
+            {**limits, "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "0.05s"}
+        ),
+        ok=True,
+    )
+    clock.now += 0.2  # past the old window's reset, within the new one's
+    assert pacer.delay(1) == pytest.approx(0.82, abs=0.01)
