@@ -218,9 +218,10 @@ async def test_on_an_exposed_port_a_reload_is_checked_as_start_checks_it(
             host="0.0.0.0",
             tls={"cert_file": server.cert_file, "key_file": server.key_file},
         )
-        with log.open("wb") as stderr, sidecar(
-            config, tmp_path, stderr=stderr, ready=False
-        ) as side:
+        with (
+            log.open("wb") as stderr,
+            sidecar(config, tmp_path, stderr=stderr, ready=False) as side,
+        ):
             address = f"127.0.0.1:{side.port}"
 
             async def serving() -> bool:
