@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from sidecar.types import BreakerState
 
 __all__ = [
+    "DEADLINE_EXCEEDED",
+    "MODEL_TIMEOUT",
     "ArgumentsInvalid",
     "BreakerOpenError",
     "CallNotPending",
@@ -345,6 +347,17 @@ class ModelError(SidecarError):
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+
+    @property
+    def out_of_time(self) -> bool:
+        """The call ran out of time (the run's deadline, or the request's timeout)."""
+        return self.code in (DEADLINE_EXCEEDED, MODEL_TIMEOUT)
+
+
+DEADLINE_EXCEEDED = "deadline_exceeded"
+"""The code of a model call the run's own deadline cut off."""
+MODEL_TIMEOUT = "model_timeout"
+"""The code of a model request that took longer than its timeout."""
 
 
 class ModelRequestRejected(ModelError):

@@ -68,7 +68,7 @@ class BudgetPolicy(enum.IntEnum):
     STOP = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetOverrun:
     """One stage over its budget; seconds."""
 
@@ -192,25 +192,6 @@ class ModelCallDetail:
 
 
 @dataclass(slots=True, kw_only=True)
-class ToolCallDetail:
-    """Details of a TOOL_CALL stage."""
-
-    call_id: str
-    status: ToolCallStatus
-    handler_duration: float | None
-    attempts: int
-    wait_duration: float
-    backoff: float = 0.0
-    """Seconds spent waiting between attempts."""
-    breaker_rejected: bool = False
-    time_allowed: float | None = None
-    """Seconds the call was allowed (its gRPC deadline); None when it was never sent."""
-    cache: CacheResult = CacheResult.NONE
-    saved: float = 0.0
-    """Seconds the cache saved (HIT and SHARED only)."""
-
-
-@dataclass(slots=True)
 class Stage:
     """One measured interval; offsets and durations in seconds from the run's start."""
 
@@ -219,7 +200,24 @@ class Stage:
     step: int
     start: float
     duration: float
-    detail: ModelCallDetail | ToolCallDetail | None = None
+    detail: ModelCallDetail | ToolOutcome | None = None
+    """A model call's details, or a tool call's outcome (the stage is the outcome's
+    interval: the outcome itself, never a copy)."""
+    converted: object = field(default=None, repr=False, compare=False)
+    """Its message form, once a front converted it (a streamed step's stages are
+    converted for the step's event, and the final result reuses them)."""
+
+    @classmethod
+    def of_tool_call(cls, step: int, outcome: ToolOutcome) -> Stage:
+        """The TOOL_CALL stage of one call's outcome."""
+        return cls(
+            kind=StageKind.TOOL_CALL,
+            name=outcome.tool_name,
+            step=step,
+            start=outcome.start,
+            duration=outcome.duration,
+            detail=outcome,
+        )
 
 
 class Clock:
@@ -262,13 +260,36 @@ class RunOutcome:
     variant: str = ""
     """The profile's model variant the run used; empty when the profile has none."""
 
+    @classmethod
+    def failed(
+        cls, reason: StopReason, code: str, message: str, *, retryable: bool, total: float
+    ) -> RunOutcome:
+        """The outcome of a run that ended before it produced anything: stopped by the
+        sidecar, or cut short by a bug (the one way every such outcome is built)."""
+        return cls(
+            answer="",
+            stop_reason=reason,
+            usage=Usage(),
+            stages=[],
+            total=total,
+            steps=0,
+            tool_calls=0,
+            error=RunError(code, message, retryable),
+        )
+
     def add_persistence(self, start: float, end: float) -> None:
         """Add the PERSISTENCE stage (recording the turn), which follows the loop's end.
 
         The run then lasts until ``end``; the moment between the loop's end and ``start``
         is the sidecar's own, so it goes to the OVERHEAD stage.
         """
-        stage = Stage(StageKind.PERSISTENCE, "session_store", 0, start, end - start)
+        stage = Stage(
+            kind=StageKind.PERSISTENCE,
+            name="session_store",
+            step=0,
+            start=start,
+            duration=end - start,
+        )
         stages = self.stages
         if stages and stages[-1].kind is StageKind.OVERHEAD:
             # OVERHEAD sums the whole run's uncovered time; it stays the last stage.
@@ -329,7 +350,7 @@ class EventSink(Protocol):
         ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Turn:
     """One finished (or interrupted) user turn, as stored with its session."""
 
@@ -350,7 +371,7 @@ class Turn:
     """The profile's model variant the turn ran on; empty when the profile has none."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Session:
     """One conversation under one agent profile, as loaded from its store."""
 

@@ -28,9 +28,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from agentsidecar.addresses import SOCKET_MODE, UnixSocketError, claim_unix_socket, socket_umask
-from agentsidecar.reflection import enable_reflection
-from agentsidecar.tls import TlsFileError, TokenCheck, server_credentials
+from agentsidecar.serving import (
+    SOCKET_MODE,
+    TokenCheck,
+    UnixSocketError,
+    claim_unix_socket,
+    enable_reflection,
+    server_credentials,
+    socket_umask,
+)
+from agentsidecar.tls import TlsFileError
 from agentsidecar.v1 import tool_pb2_grpc
 from toolservers._descriptors import list_tools_response
 from toolservers._exceptions import ToolServerError

@@ -48,7 +48,7 @@ _FINDINGS = """\
   as the last in-flight run finished, and grpc cancelled every call still waiting
   (`CANCELLED`, which callers do not retry): with 300 concurrent runs, up to a third were
   lost. The drain now keeps refusing with `UNAVAILABLE` until no call has arrived for
-  0.25 s (`sidecar/api/server.py`, `sidecar/agent/agent.py`; `tests/tools/test_chaos.py`).
+  0.25 s (`sidecar/api/server.py`, `sidecar/agent/admission.py`; `tests/tools/test_chaos.py`).
 - **A hung model request was never retried (fixed).** One deadline of
   `min(model.timeout, run time left)` covered all attempts, so a request that hung for
   `model.timeout` left no time to retry it, and the run ended with `MODEL_ERROR

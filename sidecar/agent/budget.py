@@ -128,5 +128,9 @@ class RunBudget:
                 spent = max(0.0, elapsed - self.model_spent - self.tools_spent)
             if spent >= budget - _TIMER_SLACK:
                 self._reported.add(stage)
-                found.append(BudgetOverrun(stage, budget, spent, self.policy, step))
+                found.append(
+                    BudgetOverrun(
+                        stage=stage, budget=budget, spent=spent, policy=self.policy, step=step
+                    )
+                )
         return found

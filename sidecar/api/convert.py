@@ -1,6 +1,16 @@
-"""Plain run types to protobuf messages, on the way out of the service."""
+"""Plain run types to protobuf messages, on the way out of the service.
+
+Each fact becomes a message once: a timeline stage is converted when it first goes out (a
+streamed step's ``step_finished``) and the final result reuses that message; a tool
+call's outcome is the stage's detail itself, read by both its timing and its event.
+Enums cross by value through :func:`_enum` (the plain enums mirror the proto's, value for
+value: a test holds them together); durations through :func:`duration`.
+"""
 
 from __future__ import annotations
+
+import enum
+from typing import Any, cast
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -16,14 +26,20 @@ from sidecar.types import (
     Session,
     Stage,
     ToolAvailability,
-    ToolCallDetail,
     ToolOutcome,
     Turn,
     Usage,
 )
 
 
+def _enum(value: enum.IntEnum) -> Any:
+    """A plain enum as its proto enum's value (they match value for value)."""
+    return int(value)
+
+
 def duration(seconds: float) -> Duration:
+    """Seconds as a Duration. Built from its two fields in one call: measured, this costs
+    less than ``Duration.FromNanoseconds`` on the hot path (0.38 against 0.47 µs)."""
     whole = int(seconds)
     return Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
 
@@ -62,33 +78,39 @@ def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
     )
 
 
-def _tool_call(d: ToolCallDetail) -> agent_pb2.ToolCallTiming:
+def _tool_call(o: ToolOutcome) -> agent_pb2.ToolCallTiming:
     return agent_pb2.ToolCallTiming(
-        call_id=d.call_id,
-        status=int(d.status),  # type: ignore[arg-type]
-        handler_duration=_optional(d.handler_duration),
-        attempts=d.attempts,
-        wait_duration=duration(d.wait_duration),
-        retry_backoff=duration(d.backoff) if d.backoff else None,
-        breaker_rejected=d.breaker_rejected,
-        time_allowed=_optional(d.time_allowed),
-        cache_result=int(d.cache),  # type: ignore[arg-type]
-        cache_saved=duration(d.saved) if d.cache in _SAVED else None,
+        call_id=o.call_id,
+        status=_enum(o.status),
+        handler_duration=_optional(o.handler_duration),
+        attempts=o.attempts,
+        wait_duration=duration(o.wait_duration),
+        retry_backoff=duration(o.backoff) if o.backoff else None,
+        breaker_rejected=o.breaker_rejected,
+        time_allowed=_optional(o.time_allowed),
+        cache_result=_enum(o.cache),
+        cache_saved=duration(o.saved) if o.cache in _SAVED else None,
     )
 
 
 def stage(s: Stage) -> agent_pb2.Stage:
+    """The stage as a message: converted the first time, the same message after."""
+    converted = s.converted
+    if converted is not None:
+        return cast(agent_pb2.Stage, converted)
     # Built with keyword arguments in one go: CopyFrom into sub-messages costs more.
     detail = s.detail
-    return agent_pb2.Stage(
-        kind=int(s.kind),  # type: ignore[arg-type]
+    message = agent_pb2.Stage(
+        kind=_enum(s.kind),
         name=s.name,
         step=s.step,
         start_offset=duration(s.start),
         duration=duration(s.duration),
         model_call=_model_call(detail) if isinstance(detail, ModelCallDetail) else None,
-        tool_call=_tool_call(detail) if isinstance(detail, ToolCallDetail) else None,
+        tool_call=_tool_call(detail) if isinstance(detail, ToolOutcome) else None,
     )
+    s.converted = message
+    return message
 
 
 def timeline(stages: list[Stage], total: float) -> agent_pb2.Timeline:
@@ -98,7 +120,7 @@ def timeline(stages: list[Stage], total: float) -> agent_pb2.Timeline:
 def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
     result = agent_pb2.RunResult(
         answer=outcome.answer,
-        stop_reason=int(outcome.stop_reason),  # type: ignore[arg-type]
+        stop_reason=_enum(outcome.stop_reason),
         usage=usage(outcome.usage),
         timeline=timeline(outcome.stages, outcome.total),
         steps=outcome.steps,
@@ -130,10 +152,10 @@ def cost(c: RunCost) -> agent_pb2.Cost:
 
 def budget_exceeded(o: BudgetOverrun) -> agent_pb2.BudgetExceeded:
     return agent_pb2.BudgetExceeded(
-        stage=int(o.stage),  # type: ignore[arg-type]
+        stage=_enum(o.stage),
         budget=duration(o.budget),
         spent=duration(o.spent),
-        policy=int(o.policy),  # type: ignore[arg-type]
+        policy=_enum(o.policy),
         step=o.step,
     )
 
@@ -143,7 +165,7 @@ def tool_call_finished(step: int, o: ToolOutcome) -> agent_pb2.ToolCallFinished:
         step=step,
         call_id=o.call_id,
         tool_name=o.tool_name,
-        status=int(o.status),  # type: ignore[arg-type]
+        status=_enum(o.status),
         content=o.content,
         duration=duration(o.duration),
         attempts=o.attempts,
@@ -155,7 +177,7 @@ def turn(t: Turn) -> agent_pb2.Turn:
         run_id=t.run_id,
         input=t.input,
         answer=t.answer,
-        stop_reason=int(t.stop_reason),  # type: ignore[arg-type]
+        stop_reason=_enum(t.stop_reason),
         start_time=timestamp(t.start_time),
         end_time=timestamp(t.end_time),
         usage=usage(t.usage),
@@ -169,7 +191,7 @@ def session_tool(
     entry = agent_pb2.SessionTool(
         tool=tool.descriptor,
         server=tool.server,
-        availability=int(availability),  # type: ignore[arg-type]
+        availability=_enum(availability),
     )
     entry.tool.name = tool.name  # the name the model sees
     return entry

@@ -26,6 +26,7 @@ from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
 from sidecar.api import convert
 from sidecar.api.status import internal_status, to_status
+from sidecar.api.stream import StreamSink
 from sidecar.errors import (
     FieldViolation,
     MalformedRequest,
@@ -37,7 +38,7 @@ from sidecar.errors import (
 )
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
-from sidecar.types import BudgetOverrun, RunError, RunOutcome, Stage, StopReason, ToolOutcome, Usage
+from sidecar.types import RunOutcome, StopReason
 
 log = logging.getLogger(__name__)
 
@@ -76,150 +77,11 @@ def _answers(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Resp
 _OUTPUT_MODES = frozenset(agent_pb2.OutputMode.values())
 
 
-_Queue = asyncio.Queue[agent_pb2.StreamRunResponse | object | None]
-_BACKLOG = object()  # queued once a stream's caller has fallen too far behind
-
-
-_BACKLOG_GRACE = 5.0
-"""Seconds the model's stream waits, paused, for a caller that has fallen behind."""
-_DELTA_PIECE = 256 * 1024
-"""Characters of one text_delta event at most: a longer piece of text from the model goes
-out as several (their concatenation is the same text), so no event outgrows a message."""
-
-
-class _StreamSink:
-    """Turns loop events into ``StreamRunResponse`` messages on a queue for the caller,
-    holding what a slow reader has not taken to a bound of ``limit`` bytes:
-
-    - the model's text pauses while more than ``limit`` bytes wait (backpressure: the
-      model's stream is read on only as the caller takes events), and a caller that takes
-      none for :data:`_BACKLOG_GRACE` seconds meanwhile is too slow;
-    - any other event that would make more than twice ``limit`` wait is too much.
-
-    Too slow or too much, the queue is emptied, the run stopped (``on_backlog``) and the
-    stream ends with STREAM_BACKLOG. A reader that keeps up is never cut off, however
-    large one event or a burst of them: ``run_finished``, the last event, always goes."""
-
-    __slots__ = (
-        "_caught_up",
-        "_limit",
-        "_on_backlog",
-        "_queue",
-        "_run_id",
-        "_sequence",
-        "backlogged",
-        "queued",
-    )
-
-    def __init__(self, queue: _Queue, run_id: str, limit: int, on_backlog: Callable[[], object]):
-        self._queue = queue
-        self._run_id = run_id
-        self._sequence = 0
-        self._limit = limit
-        self._on_backlog = on_backlog
-        self._caught_up: asyncio.Event | None = None
-        self.queued = 0
-        """Bytes of events waiting for the caller."""
-        self.backlogged = False
-
-    def put(self, *, final: bool = False, **event: Any) -> None:
-        if self.backlogged:
-            return
-        self._sequence += 1
-        message = agent_pb2.StreamRunResponse(run_id=self._run_id, sequence=self._sequence, **event)
-        size = message.ByteSize()
-        if not final and self.queued and self.queued + size > 2 * self._limit:
-            self._overflow()
-            return
-        self.queued += size
-        self._queue.put_nowait(message)
-
-    def _overflow(self) -> None:
-        self.backlogged = True
-        while not self._queue.empty():  # free the memory now, not when it is read
-            self._queue.get_nowait()
-        self.queued = 0
-        self._queue.put_nowait(_BACKLOG)
-        if self._caught_up is not None:
-            self._caught_up.set()
-        self._on_backlog()
-
-    def taken(self, message: agent_pb2.StreamRunResponse) -> None:
-        """The caller took ``message``."""
-        self.queued -= message.ByteSize()
-        if self._caught_up is not None and self.queued <= self._limit:
-            self._caught_up.set()
-            self._caught_up = None
-
-    def backlog(self) -> Awaitable[None] | None:
-        if self.queued <= self._limit or self.backlogged:
-            return None
-        return self._catch_up()
-
-    async def _catch_up(self) -> None:
-        if self._caught_up is None:
-            self._caught_up = asyncio.Event()
-        caught_up = self._caught_up
-        try:
-            async with asyncio.timeout(_BACKLOG_GRACE):
-                await caught_up.wait()
-        except TimeoutError:
-            self._overflow()  # stops the run: the next await is its cancellation
-            await asyncio.sleep(0)
-
-    def text_delta(self, step: int, text: str) -> None:
-        if len(text) <= _DELTA_PIECE:
-            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
-            return
-        for at in range(0, len(text), _DELTA_PIECE):
-            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text[at : at + _DELTA_PIECE]))
-
-    def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
-        self.put(
-            tool_call_started=agent_pb2.ToolCallStarted(
-                step=step, call_id=call_id, tool_name=tool_name, arguments=arguments
-            )
-        )
-
-    def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None:
-        self.put(tool_call_finished=convert.tool_call_finished(step, outcome))
-
-    def approval_required(
-        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
-    ) -> None:
-        self.put(
-            approval_required=agent_pb2.ApprovalRequired(
-                step=step,
-                call_id=call_id,
-                tool_name=tool_name,
-                arguments=arguments,
-                destructive=destructive,
-            )
-        )
-
-    def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
-        self.put(
-            step_finished=agent_pb2.StepFinished(
-                step=step, timeline=convert.timeline(stages, total)
-            )
-        )
-
-    def budget_exceeded(self, overrun: BudgetOverrun) -> None:
-        self.put(budget_exceeded=convert.budget_exceeded(overrun))
-
-
 def _failed_run(exc: BaseException) -> RunOutcome:
     """The outcome of a run that failed on a bug: its error names the log line, nothing more."""
     status = internal_status(exc)
-    return RunOutcome(
-        answer="",
-        stop_reason=StopReason.MODEL_ERROR,
-        usage=Usage(),
-        stages=[],
-        total=0.0,
-        steps=0,
-        tool_calls=0,
-        error=RunError("internal", status.details, False),
+    return RunOutcome.failed(
+        StopReason.MODEL_ERROR, "internal", status.details, retryable=False, total=0.0
     )
 
 
@@ -235,7 +97,7 @@ class AgentServicer:
         agent: Agent,
         *,
         stream_buffer_bytes: int = 8 * 1024 * 1024,
-        authenticator: Authenticator | None = None,
+        authenticator: Callable[[], Authenticator] | None = None,
     ) -> None:
         self._agent = agent
         self._runs: set[asyncio.Task[Any]] = set()
@@ -363,9 +225,8 @@ class AgentServicer:
             await _abort(context, exc)
             return
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
-        queue: _Queue = asyncio.Queue()
         tasks: list[asyncio.Task[None]] = []
-        sink = _StreamSink(queue, turn.run_id, self._stream_buffer, lambda: tasks[0].cancel())
+        sink = StreamSink(turn.run_id, self._stream_buffer, on_backlog=lambda: tasks[0].cancel())
         sink.put(
             run_started=agent_pb2.RunStarted(
                 session_id=turn.session_id,
@@ -376,19 +237,19 @@ class AgentServicer:
         )
         began = asyncio.Event()
         task = asyncio.get_running_loop().create_task(
-            self._drive(turn, structured, sink, queue, context, began), name=f"run:{turn.run_id}"
+            self._drive(turn, sink, structured=structured, context=context, began=began),
+            name=f"run:{turn.run_id}",
         )
         tasks.append(task)
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
         try:
-            while (event := await queue.get()) is not None:
-                if event is _BACKLOG:
+            async for event in sink.events():
+                if event is None:  # the caller read too slowly: the run was cancelled
                     await asyncio.gather(task, return_exceptions=True)  # stored as cancelled
                     await _abort(context, StreamBacklog(self._stream_buffer))
-                assert isinstance(event, agent_pb2.StreamRunResponse)
+                    return
                 yield event
-                sink.taken(event)
         finally:
             if not task.done():
                 task.cancel()
@@ -401,9 +262,9 @@ class AgentServicer:
     async def _drive(
         self,
         turn: ClaimedTurn,
+        sink: StreamSink,
+        *,
         structured: bool,
-        sink: _StreamSink,
-        queue: _Queue,
         context: grpc.aio.ServicerContext,
         began: asyncio.Event,
     ) -> None:
@@ -421,7 +282,7 @@ class AgentServicer:
                 outcome = _failed_run(exc)
             sink.put(final=True, run_finished=convert.run_result(outcome))
         finally:
-            queue.put_nowait(None)
+            sink.close()
 
 
 def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
@@ -464,7 +325,7 @@ def _principal(
     Raises:
         Unauthenticated: the sidecar authenticates callers and this one proved nothing.
     """
-    authenticator = servicer.authenticator
+    authenticator = servicer.authenticator() if servicer.authenticator is not None else None
     if authenticator is None or not authenticator.enabled:
         return ANONYMOUS
     try:

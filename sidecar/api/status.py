@@ -151,8 +151,8 @@ def to_status(exc: SidecarError) -> grpc.Status:
             )
         )
     if exc.retry_after is not None:
-        whole = int(exc.retry_after)
-        delay = duration_pb2.Duration(seconds=whole, nanos=int((exc.retry_after - whole) * 1e9))
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(round(exc.retry_after * 1e9))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     return _status(entry, exc.message, details, exc.metadata)
 

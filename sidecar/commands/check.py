@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agentsidecar.v1 import tool_pb2
-from sidecar.api.server import tool_server_token
+from sidecar.agent.runtime import tool_server_token
 from sidecar.config import SidecarConfig, resolve_model
 from sidecar.errors import StartupError
 from sidecar.security.exposure import check_exposure

@@ -29,7 +29,7 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sidecar.api.server import serve
+    from sidecar.commands.serve import serve
     from sidecar.config import (
         SidecarConfig,
         dsn_password,

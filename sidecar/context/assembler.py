@@ -10,6 +10,7 @@ from sidecar.config import ProfileConfig
 from sidecar.context.memory import MemoryKeeper
 from sidecar.context.tokens import tokens_of
 from sidecar.context.window import Window, WindowPolicy
+from sidecar.llm.model import Model
 from sidecar.types import Session, tokens_of_size
 
 
@@ -19,12 +20,20 @@ class ContextAssembler:
     Args:
         profiles: the configured profiles by name.
         memory: the keeper of session memories, or None to never summarise.
+        memory_models: the model that writes each profile's summaries (profiles with
+            memory on); one not named uses the keeper's own.
     """
 
-    def __init__(self, profiles: Mapping[str, ProfileConfig], memory: MemoryKeeper | None) -> None:
+    def __init__(
+        self,
+        profiles: Mapping[str, ProfileConfig],
+        memory: MemoryKeeper | None,
+        memory_models: Mapping[str, Model] | None = None,
+    ) -> None:
         self._policies = {name: WindowPolicy(p.context) for name, p in profiles.items()}
         self._limits = {name: p.context.memory_max_chars for name, p in profiles.items()}
         self.memory = memory
+        self._memory_models = dict(memory_models or {})
         # Per profile: the tool list object last seen and its prefix's estimated tokens.
         # Tool lists are cached per catalog version, so identity says "unchanged".
         self._prefix: dict[tuple[str, Any], tuple[object, int]] = {}
@@ -57,4 +66,9 @@ class ContextAssembler:
     def turn_finished(self, session: Session, profile: str, window: Window) -> None:
         """Called once the turn is stored: summarise what the window wants dropped."""
         if window.summarise is not None and self.memory is not None:
-            self.memory.schedule(session, window.summarise, self._limits[profile])
+            self.memory.schedule(
+                session,
+                window.summarise,
+                self._limits[profile],
+                model=self._memory_models.get(profile),
+            )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sidecar.context.trim import cap
@@ -77,19 +77,10 @@ class MemoryKeeper:
         model: the model that writes summaries.
         store: where memories are kept.
         timeout: seconds one summary call may take.
-        by_profile: the model of a profile that names its own (``context.memory_model``).
     """
 
-    def __init__(
-        self,
-        model: Model,
-        store: MemoryStore,
-        *,
-        timeout: float = 60.0,
-        by_profile: Mapping[str, Model] | None = None,
-    ) -> None:
+    def __init__(self, model: Model, store: MemoryStore, *, timeout: float = 60.0) -> None:
         self._model = model
-        self._by_profile = dict(by_profile or {})
         self._store = store
         self._timeout = timeout
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -97,21 +88,28 @@ class MemoryKeeper:
         self.failures = 0
         self.usage = Usage()
 
-    def set_models(self, by_profile: Mapping[str, Model]) -> None:
-        """Use these per-profile models for summaries from now on (a reload)."""
-        self._by_profile = dict(by_profile)
-
-    def schedule(self, session: Session, turns: tuple[int, int], max_chars: int) -> None:
-        """Fold ``session.turns[start:end]`` into its memory, in the background."""
+    def schedule(
+        self,
+        session: Session,
+        turns: tuple[int, int],
+        max_chars: int,
+        *,
+        model: Model | None = None,
+    ) -> None:
+        """Fold ``session.turns[start:end]`` into its memory, in the background, with
+        ``model`` (unset: the keeper's own)."""
         if session.session_id in self._tasks:
             return  # one at a time; the next turn asks again if still needed
         task = asyncio.get_running_loop().create_task(
-            self._summarise(session, turns, max_chars), name=f"memory:{session.session_id}"
+            self._summarise(session, turns, max_chars, model or self._model),
+            name=f"memory:{session.session_id}",
         )
         self._tasks[session.session_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(session.session_id, None))
 
-    async def _summarise(self, session: Session, turns: tuple[int, int], max_chars: int) -> None:
+    async def _summarise(
+        self, session: Session, turns: tuple[int, int], max_chars: int, model: Model
+    ) -> None:
         start, end = turns
         prompt = (
             f"Current memory:\n{session.memory or '(empty)'}\n\n"
@@ -128,7 +126,6 @@ class MemoryKeeper:
         )
         try:
             async with asyncio.timeout(self._timeout):
-                model = self._by_profile.get(session.profile, self._model)
                 response = await model.complete(request)
         except (ModelError, TimeoutError) as exc:
             self.failures += 1

@@ -37,7 +37,7 @@ from sidecar.types import Turn, tokens_of_size
 MEMORY_PREFIX = "Memory of the earlier conversation (a summary; those turns are not shown):\n"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Window:
     """What one run sends of its session's past."""
 
@@ -127,7 +127,12 @@ class WindowPolicy:
         whole = sum(sizes[base:])
         limit = None if self.max_tokens is None else int(self.max_tokens / scale)
         if limit is None or fixed + whole <= limit:
-            return Window(head + _flatten(turns[base:]), base, 0, fixed + whole)
+            return Window(
+                messages=head + _flatten(turns[base:]),
+                first_turn=base,
+                trimmed_results=0,
+                tokens=fixed + whole,
+            )
 
         budget = limit - fixed
         recent = max(base, n - self.recent)
@@ -159,11 +164,11 @@ class WindowPolicy:
         kept = [m for messages in old[skip:] for m in messages]
         tokens = fixed + sum(old_sizes[skip:]) + recent_size
         return Window(
-            head + kept + _flatten(turns[recent:]),
-            start,
-            sum(old_cuts[skip:]),
-            tokens,
-            summarise,
+            messages=head + kept + _flatten(turns[recent:]),
+            first_turn=start,
+            trimmed_results=sum(old_cuts[skip:]),
+            tokens=tokens,
+            summarise=summarise,
         )
 
 

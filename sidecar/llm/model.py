@@ -12,7 +12,7 @@ failed call raises the :class:`~sidecar.errors.ModelError` tree (``sidecar.error
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.types import ProviderTiming, ToolCall, Usage
@@ -60,6 +60,7 @@ class ModelRequest:
     stream: bool
     timeout: float
     """Seconds the call may take, retries included."""
+    _: KW_ONLY
     response_schema: dict[str, Any] | None = None
     """When set, ask for a JSON answer matching this schema (structured outputs)."""
     tool_choice: str | None = None

@@ -30,7 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from agentsidecar.addresses import is_loopback
 from sidecar.config import RetryPolicy
-from sidecar.errors import ModelError, ModelUnavailable
+from sidecar.errors import DEADLINE_EXCEEDED, MODEL_TIMEOUT, ModelError, ModelUnavailable
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.pacing import (
     DEFAULT_MAX_WAIT,
@@ -184,7 +184,7 @@ class OpenAICompatibleModel:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ModelUnavailable(
-                        "model_timeout",
+                        MODEL_TIMEOUT,
                         "the run's time ran out before the model answered",
                         retryable=False,
                     )
@@ -194,13 +194,18 @@ class OpenAICompatibleModel:
                     async with self._transport.post(body, timeout) as reply:
                         request_id = reply.headers.get("x-request-id")
                         response = await self._read(
-                            reply, request, ticket, sink, on_tool_call, sent
+                            reply,
+                            request,
+                            ticket=ticket,
+                            sink=sink,
+                            on_tool_call=on_tool_call,
+                            sent=sent,
                         )
                 except ModelError as exc:
-                    if exc.code == "model_timeout" and timeout == remaining:
+                    if exc.code == MODEL_TIMEOUT and timeout == remaining:
                         # The run's own deadline cut the request off, not a slow endpoint.
                         raise ModelError(
-                            "deadline_exceeded",
+                            DEADLINE_EXCEEDED,
                             "the run's time ran out before the model answered",
                             retryable=False,
                         ) from None
@@ -270,6 +275,7 @@ class OpenAICompatibleModel:
         self,
         reply: Response,
         request: ModelRequest,
+        *,
         ticket: Ticket | None,
         sink: TextSink,
         on_tool_call: ToolCallSink | None,
@@ -313,7 +319,7 @@ class OpenAICompatibleModel:
             raise (
                 exc
                 if exc is not None
-                else ModelUnavailable("model_timeout", "no time left to retry", retryable=False)
+                else ModelUnavailable(MODEL_TIMEOUT, "no time left to retry", retryable=False)
             )
         return delay
 

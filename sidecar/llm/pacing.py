@@ -166,6 +166,7 @@ class _Budget:
         limit: int | None,
         remaining: int | None,
         reset: float | None,
+        *,
         now: float,
         max_wait: float,
         admitted: float,
@@ -372,17 +373,17 @@ class Pacer:
                 limits.limit_requests,
                 limits.remaining_requests,
                 limits.reset_requests,
-                now,
-                ceiling,
-                admitted,
+                now=now,
+                max_wait=ceiling,
+                admitted=admitted,
             )
             self._tokens.update(
                 limits.limit_tokens,
                 limits.remaining_tokens,
                 limits.reset_tokens,
-                now,
-                ceiling,
-                admitted,
+                now=now,
+                max_wait=ceiling,
+                admitted=admitted,
             )
             if limits.retry_after is not None:
                 until = now + min(limits.retry_after, ceiling)

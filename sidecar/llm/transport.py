@@ -42,6 +42,7 @@ import orjson
 from yarl import URL
 
 from sidecar.errors import (
+    MODEL_TIMEOUT,
     ModelError,
     ModelRequestRejected,
     ModelUnavailable,
@@ -255,7 +256,7 @@ def _too_large() -> ModelUnavailable:
 
 
 def _timed_out() -> ModelUnavailable:
-    return ModelUnavailable("model_timeout", "the model request timed out", retryable=True)
+    return ModelUnavailable(MODEL_TIMEOUT, "the model request timed out", retryable=True)
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

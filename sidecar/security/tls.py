@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import grpc
 
+from agentsidecar.serving import server_credentials as _server_credentials
 from agentsidecar.tls import TlsFileError
 from agentsidecar.tls import channel_credentials as _channel_credentials
-from agentsidecar.tls import server_credentials as _server_credentials
 from sidecar.config import ClientTlsConfig, ServerTlsConfig
 from sidecar.errors import StartupError
 

@@ -211,7 +211,13 @@ class PostgresSessionStore:
 
     async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
         now = self._clock()
-        session = Session(session_id or uuid.uuid4().hex, profile, dict(labels), now, now)
+        session = Session(
+            session_id=session_id or uuid.uuid4().hex,
+            profile=profile,
+            labels=dict(labels),
+            create_time=now,
+            update_time=now,
+        )
         async with self.pool.acquire() as conn, conn.transaction():
             await self._expire(conn, session.session_id)
             try:
@@ -247,14 +253,14 @@ class PostgresSessionStore:
                 if await self._expire(conn, session_id):
                     return None
         return Session(
-            session_id,
-            row["profile"],
-            decode_labels(row["labels"]),
-            row["create_time"],
-            row["update_time"],
-            [decode_turn(data) for data in row["turns"]],
-            row["memory"],
-            row["memory_turns"],
+            session_id=session_id,
+            profile=row["profile"],
+            labels=decode_labels(row["labels"]),
+            create_time=row["create_time"],
+            update_time=row["update_time"],
+            turns=[decode_turn(data) for data in row["turns"]],
+            memory=row["memory"],
+            memory_turns=row["memory_turns"],
         )
 
     async def _expire(self, conn: Any, session_id: str) -> bool:

@@ -49,7 +49,14 @@ def decode_turn(data: bytes) -> Turn:
     except orjson.JSONDecodeError:
         doc = None
     if not isinstance(doc, dict):
-        return Turn("", "", "", StopReason.INTERRUPTED, 0.0, 0.0)
+        return Turn(
+            run_id="",
+            input="",
+            answer="",
+            stop_reason=StopReason.INTERRUPTED,
+            start_time=0.0,
+            end_time=0.0,
+        )
     usage = doc.get("usage")
     counts = usage if isinstance(usage, list) and len(usage) == 3 else [0, 0, 0]
     messages = doc.get("messages")

@@ -316,8 +316,13 @@ class SqliteSessionStore:
     # -- sessions -----------------------------------------------------------------------
 
     async def create(self, profile: str, session_id: str, labels: Mapping[str, str]) -> Session:
+        now = self._clock()
         session = Session(
-            session_id or uuid.uuid4().hex, profile, dict(labels), self._clock(), self._clock()
+            session_id=session_id or uuid.uuid4().hex,
+            profile=profile,
+            labels=dict(labels),
+            create_time=now,
+            update_time=now,
         )
         await self._write(self._create_sync, session)
         return session
@@ -379,14 +384,14 @@ class SqliteSessionStore:
             ).fetchall()
         profile, labels, created, updated, memory, memory_turns = row
         return Session(
-            session_id,
-            profile,
-            decode_labels(labels),
-            created,
-            updated,
-            [decode_turn(data) for (data,) in turns],
-            memory,
-            memory_turns,
+            session_id=session_id,
+            profile=profile,
+            labels=decode_labels(labels),
+            create_time=created,
+            update_time=updated,
+            turns=[decode_turn(data) for (data,) in turns],
+            memory=memory,
+            memory_turns=memory_turns,
         )
 
     def _expire_sync(self, session_id: str) -> bool:

@@ -36,7 +36,14 @@ from sidecar.types import Session, StopReason, Turn
 
 def interrupted_turn(run_id: str, user_input: str, start_time: float, noticed: float) -> Turn:
     """The record of a turn whose process died mid-run; ``end_time`` is when it was noticed."""
-    return Turn(run_id, user_input, "", StopReason.INTERRUPTED, start_time, noticed)
+    return Turn(
+        run_id=run_id,
+        input=user_input,
+        answer="",
+        stop_reason=StopReason.INTERRUPTED,
+        start_time=start_time,
+        end_time=noticed,
+    )
 
 
 class SessionStore(Protocol):
@@ -120,7 +127,13 @@ class MemorySessionStore:
         if await self.get(session_id) is not None:
             raise SessionExists(session_id)
         now = self._clock()
-        session = Session(session_id, profile, dict(labels), now, now)
+        session = Session(
+            session_id=session_id,
+            profile=profile,
+            labels=dict(labels),
+            create_time=now,
+            update_time=now,
+        )
         self._sessions[session_id] = session
         return session
 

@@ -27,8 +27,8 @@ from sidecar.types import (
     RunOutcome,
     StageKind,
     StopReason,
-    ToolCallDetail,
     ToolCallStatus,
+    ToolOutcome,
 )
 
 __all__ = ["UNKNOWN_TOOL", "Metrics"]
@@ -372,7 +372,7 @@ class Metrics:
                     m.ttft.observe(detail.time_to_first_token)
                 if detail.attempts > 1:
                     m.retries.inc(detail.attempts - 1)
-            elif isinstance(detail, ToolCallDetail):
+            elif isinstance(detail, ToolOutcome):
                 status = detail.status
                 name = UNKNOWN_TOOL if status is ToolCallStatus.UNKNOWN_TOOL else stage.name
                 t = self._tool(profile, name)

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.types import ModelCallDetail, RunOutcome, Stage, StopReason, ToolCallDetail, Usage
+from sidecar.types import ModelCallDetail, RunOutcome, Stage, StopReason, ToolOutcome, Usage
 
 __all__ = ["TimelineLog", "run_record", "stage_record"]
 
@@ -74,7 +74,7 @@ def stage_record(stage: Stage) -> dict[str, Any]:
             record["error"] = detail.error
         if detail.time_allowed is not None:
             record["allowed"] = detail.time_allowed
-    elif isinstance(detail, ToolCallDetail):
+    elif isinstance(detail, ToolOutcome):
         record["call_id"] = detail.call_id
         record["status"] = detail.status.name.lower()
         record["attempts"] = detail.attempts

@@ -195,9 +195,11 @@ class CatalogTool:
 
 
 def _seconds(duration: Any) -> float | None:
-    if duration is None or (duration.seconds == 0 and duration.nanos == 0):
+    """A tool's declared Duration in seconds; None when it declares none (zero)."""
+    if duration is None:
         return None
-    return float(duration.seconds + duration.nanos / 1e9)
+    nanoseconds = duration.ToNanoseconds()
+    return nanoseconds / 1e9 if nanoseconds else None
 
 
 _NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -41,7 +41,7 @@ from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcom
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
-    from sidecar.telemetry.tracing import RunTrace
+    from sidecar.telemetry.tracing import RunTrace, ToolSpan
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
 _SERVER_FAULTS = frozenset(
@@ -91,15 +91,18 @@ class StepScope:
     """Cuts each result to what enters the model's context."""
     on_finished: ToolCallListener | None = None
     """Told of every call's end (the audit record), streamed or not."""
+    versions: Mapping[str, Sequence[tuple[str, float]]] = dataclasses.field(default_factory=dict)
+    """For each server with versions: the servers (itself first) and their weights, which
+    share its calls (``tool_servers[].version_of``); a server not named keeps its calls."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Prepared:
     call: ToolCall
     tool: CatalogTool | None
-    reads: frozenset[str]
-    writes: frozenset[str]
-    outcome: ToolOutcome | None  # set when the call is settled without running
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    outcome: ToolOutcome | None = None  # set when the call is settled without running
     arguments: dict[str, Any] | None = None  # parsed and validated
     sent_to: str | None = None  # the server it was sent to, once it was
 
@@ -169,18 +172,17 @@ class EarlyCalls:
         if not qualifies:
             return
         scope = self._scope
-        span, metadata = None, scope.metadata
-        if scope.trace is not None:
-            span = scope.trace.tool_call(call.id, call.name)
-            metadata = span.metadata()
+        span = scope.trace.tool_call(call.id, call.name) if scope.trace is not None else None
         early = _Early(item, span)
-        early.task = asyncio.get_running_loop().create_task(self._start(early, metadata))
+        early.task = asyncio.get_running_loop().create_task(self._start(early))
         self._started[call.id] = early
 
-    async def _start(self, early: _Early, metadata: Sequence[tuple[str, str]]) -> ToolOutcome:
+    async def _start(self, early: _Early) -> ToolOutcome:
         early.running = True
         scope = self._scope
-        return await self._dispatcher._run_or_reuse(scope, early.item, scope.clock.now(), metadata)
+        return await self._dispatcher._run_or_reuse(
+            scope, early.item, scope.clock.now(), early.span
+        )
 
     def claim(self, call: ToolCall) -> tuple[_Prepared | None, _Early | None]:
         """What the stream already made of ``call``: its validated form, when it was
@@ -235,18 +237,12 @@ class Dispatcher:
         self._redact = redact
         self._max_text = max_text_bytes
         """The most bytes of a call's arguments, or of its result, passed on."""
-        self._versions: dict[str, list[tuple[str, float]]] = {}
         self._pick = random.Random()
 
-    def set_versions(self, versions: Mapping[str, Sequence[tuple[str, float]]]) -> None:
-        """Share the calls to a server's tools among its versions: for each server, the
-        servers (itself first) and their weights. A server not named keeps its calls."""
-        self._versions = {k: list(v) for k, v in versions.items()}
-
-    def _connection(self, server: str) -> ToolServerConnection:
+    def _connection(self, server: str, scope: StepScope) -> ToolServerConnection:
         """The connection a call to ``server``'s tool goes to: by weight among its
         versions that are available now; the server itself when none is."""
-        versions = self._versions.get(server)
+        versions = scope.versions.get(server)
         if versions is None:
             return self._connections[server]
         candidates = [
@@ -291,10 +287,8 @@ class Dispatcher:
             item = prepared[i]
             started = claimed.get(i)
             span = started.span if started is not None else None
-            call_metadata = scope.metadata
             if trace is not None and started is None:
                 span = trace.tool_call(item.call.id, item.call.name)
-                call_metadata = span.metadata()
             outcome: ToolOutcome | None = None
             try:
                 if item.outcome is not None:
@@ -309,7 +303,7 @@ class Dispatcher:
                     queued = clock.now()
                     for j in waits:
                         await done[j].wait()
-                    outcome = await self._run_or_reuse(scope, item, queued, call_metadata)
+                    outcome = await self._run_or_reuse(scope, item, queued, span)
                 if scope.trim is not None:
                     outcome = _trimmed(outcome, item.tool, scope.trim)
                 outcomes[i] = outcome
@@ -346,7 +340,7 @@ class Dispatcher:
                 f"unknown tool {call.name!r}; available tools: {names or 'none'}",
                 scope.clock.now(),
             )
-            return _Prepared(call, None, frozenset(), frozenset(), settled)
+            return _Prepared(call=call, tool=None, outcome=settled)
         limit = self._max_text
         if len(call.arguments) * 4 > limit and (size := len(call.arguments.encode())) > limit:
             settled = _settled(
@@ -355,26 +349,22 @@ class Dispatcher:
                 f"the arguments are {size} bytes; at most {limit} are passed to a tool",
                 scope.clock.now(),
             )
-            return _Prepared(call, tool, frozenset(), frozenset(), settled)
+            return _Prepared(call=call, tool=tool, outcome=settled)
         try:
             arguments = tool.parse_arguments(call.arguments)
         except ArgumentsInvalid as exc:
             settled = _settled(call, ToolCallStatus.ERROR, str(exc), scope.clock.now())
-            return _Prepared(call, tool, frozenset(), frozenset(), settled)
+            return _Prepared(call=call, tool=tool, outcome=settled)
         reads, writes = tool.resource_keys(arguments)
-        return _Prepared(call, tool, reads, writes, None, arguments)
+        return _Prepared(call=call, tool=tool, reads=reads, writes=writes, arguments=arguments)
 
     async def _run_or_reuse(
-        self,
-        scope: StepScope,
-        item: _Prepared,
-        queued: float,
-        metadata: Sequence[tuple[str, str]],
+        self, scope: StepScope, item: _Prepared, queued: float, span: ToolSpan | None
     ) -> ToolOutcome:
         """Run the call, or reuse a cached or in-flight result when its tool allows."""
         tool, results = item.tool, self.results
         if results is None or tool is None or item.arguments is None or not results.caches(tool):
-            return await self._run(scope, item, queued, metadata)
+            return await self._run(scope, item, queued, span)
         # Every dispatched call starts before it finishes, for the caller: one answered
         # from the cache (or by an identical call in flight) too. A cached tool needs no
         # approval, so it starts now.
@@ -383,16 +373,23 @@ class Dispatcher:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
 
         def invoke() -> Awaitable[ToolOutcome]:
-            return self._run(scope, item, queued, metadata, announced=True)
+            return self._run(scope, item, queued, span, announced=True)
 
-        return await results.call(tool, item.arguments, call, invoke, scope.clock, scope.deadline)
+        return await results.call(
+            tool,
+            item.arguments,
+            call,
+            invoke=invoke,
+            clock=scope.clock,
+            deadline=scope.deadline,
+        )
 
     async def _run(
         self,
         scope: StepScope,
         item: _Prepared,
         queued: float,
-        metadata: Sequence[tuple[str, str]],
+        span: ToolSpan | None,
         announced: bool = False,
     ) -> ToolOutcome:
         """Approve (when the tool requires it), call the server, describe the outcome;
@@ -408,12 +405,21 @@ class Dispatcher:
             start = clock.now()
         if scope.sink is not None and not announced:
             scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
-        connection = self._connection(tool.server)
-        sent: Sequence[tuple[str, str | bytes]] = metadata
+        connection = self._connection(tool.server, scope)
+        # Traced, the call carries its span's context; otherwise the run's trace context.
+        sent: Sequence[tuple[str, str | bytes]] = (
+            span.metadata() if span is not None else scope.metadata
+        )
         if scope.identity is not None:
-            sent = scope.identity.call_metadata(connection.name, call.id, metadata)
+            sent = scope.identity.call_metadata(connection.name, call.id, sent)
         attempt = _Attempt(
-            connection, tool, call, scope.deadline, sent, self._redact, self._max_text
+            connection=connection,
+            tool=tool,
+            call=call,
+            deadline=scope.deadline,
+            metadata=sent,
+            redact=self._redact,
+            max_text=self._max_text,
         )
         item.sent_to = connection.name
         try:
@@ -433,8 +439,7 @@ class Dispatcher:
             return attempt.outcome(status, message, start=start, end=clock.now(), wait=wait)
         handler = None
         if result.HasField("handler_duration"):
-            hd = result.handler_duration
-            handler = hd.seconds + hd.nanos / 1e9
+            handler = result.handler_duration.ToNanoseconds() / 1e9
         if result.WhichOneof("outcome") == "error":
             status, content = ToolCallStatus.ERROR, result.error.message
         else:
@@ -487,13 +492,14 @@ class _Attempt:
 
     def __init__(
         self,
+        *,
         connection: ToolServerConnection,
         tool: CatalogTool,
         call: ToolCall,
         deadline: float,
         metadata: Sequence[tuple[str, str | bytes]],
         redact: Callable[[str], str] | None,
-        max_text: int = 1024 * 1024,
+        max_text: int,
     ) -> None:
         self._max_text = max_text
         self._connection = connection
@@ -534,13 +540,44 @@ class _Attempt:
             return await _retry(self._once, retry, self._deadline, exc, self.tries)
 
     async def _once(self) -> tool_pb2.ToolResult:
+        """One attempt behind the server's breaker. A deadline that is the run's, shorter
+        than the tool's own timeout, expiring says nothing of the server's health."""
         self.tries.count += 1
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
-        return await _call(
-            self._connection, self._request, remaining, self._metadata, self._own_timeout
-        )
+        connection = self._connection
+        breaker = connection.breaker
+        permit = breaker.admit()
+        metadata = self._metadata
+        try:
+            if connection.metadata:
+                metadata = (*metadata, *connection.metadata)
+            response = await connection.stub.CallTool(
+                self._request, timeout=remaining, metadata=metadata or None
+            )
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            details = exc.details() or ""
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details:
+                # This call's result is too large for us: the call's error, not a sign of
+                # the server's health (never retried, never counted against its breaker).
+                breaker.record_success(permit)
+                raise _Failed(code, details, too_large=True) from None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED and not self._own_timeout:
+                breaker.release(permit)
+            elif code in _SERVER_FAULTS:
+                breaker.record_failure(permit)
+            elif code == grpc.StatusCode.CANCELLED:
+                breaker.release(permit)
+            else:
+                breaker.record_success(permit)  # the server answered sanely
+            raise _Failed(code, details) from None
+        except BaseException:
+            breaker.release(permit)
+            raise
+        breaker.record_success(permit)
+        return response.result  # type: ignore[no-any-return]
 
     def outcome(
         self,
@@ -651,47 +688,6 @@ async def _retry(
     )
     result: tool_pb2.ToolResult = await retrying(attempt)
     return result
-
-
-async def _call(
-    connection: ToolServerConnection,
-    request: tool_pb2.CallToolRequest,
-    timeout: float,
-    metadata: Sequence[tuple[str, str | bytes]],
-    own_timeout: bool = True,
-) -> tool_pb2.ToolResult:
-    """One attempt behind the server's breaker; ``own_timeout`` is False when the deadline
-    is the run's, shorter than the tool's timeout (its expiry then is no server fault)."""
-    breaker = connection.breaker
-    permit = breaker.admit()
-    try:
-        if connection.metadata:
-            metadata = (*metadata, *connection.metadata)
-        response = await connection.stub.CallTool(
-            request, timeout=timeout, metadata=metadata or None
-        )
-    except grpc.aio.AioRpcError as exc:
-        code = exc.code()
-        details = exc.details() or ""
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details:
-            # This call's result is too large for us: the call's error, not a sign of
-            # the server's health (never retried, never counted against its breaker).
-            breaker.record_success(permit)
-            raise _Failed(code, details, too_large=True) from None
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED and not own_timeout:
-            breaker.release(permit)
-        elif code in _SERVER_FAULTS:
-            breaker.record_failure(permit)
-        elif code == grpc.StatusCode.CANCELLED:
-            breaker.release(permit)
-        else:
-            breaker.record_success(permit)  # the server answered sanely
-        raise _Failed(code, details) from None
-    except BaseException:
-        breaker.release(permit)
-        raise
-    breaker.record_success(permit)
-    return response.result  # type: ignore[no-any-return]
 
 
 def _describe(name: str, exc: _Failed) -> tuple[ToolCallStatus, str]:

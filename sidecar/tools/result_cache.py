@@ -116,6 +116,7 @@ class ResultCache:
         tool: CatalogTool,
         arguments: Mapping[str, Any],
         call: ToolCall,
+        *,
         invoke: Callable[[], Awaitable[ToolOutcome]],
         clock: Clock,
         deadline: float,

@@ -23,10 +23,16 @@ from agentsidecar.client import AgentClient
 from agentsidecar.errors import DOMAIN, ErrorDetails, error_details
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.agent.agent import Agent
+from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.profiles import build_profiles
+from sidecar.agent.snapshot import Snapshot
 from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.api.status import REASONS
-from sidecar.config import ProfileConfig
+from sidecar.config import AuthConfig, ProfileConfig, SidecarConfig
+from sidecar.context.assembler import ContextAssembler
+from sidecar.security.identity import Authenticator
+from sidecar.security.tool_identity import ToolIdentity
 from sidecar.sessions.store import MemorySessionStore
 from sidecar.testing import ServerProcess
 from sidecar.tools.catalog import ToolCatalog
@@ -183,9 +189,20 @@ class _BrokenStore(MemorySessionStore):
 @pytest.fixture
 async def broken_server() -> AsyncIterator[str]:
     profiles = {"default": ProfileConfig()}
-    loop = AgentLoop(_NoModel(), ToolCatalog(), {}, profiles)
+    snapshot = Snapshot(
+        config=SidecarConfig(profiles=profiles),
+        profiles=build_profiles(profiles),
+        routers={},
+        context=ContextAssembler(profiles, None),
+        prices=PriceTable({}),
+        authenticator=Authenticator(AuthConfig(), {}),
+        tool_identity=ToolIdentity.from_config(None),
+        tool_versions={},
+    )
+    loop = AgentLoop(ToolCatalog(), {})
+    agent = Agent(loop, _BrokenStore(), model=_NoModel(), snapshot=lambda: snapshot)
     server = grpc.aio.server()
-    add_to_server(AgentServicer(Agent(loop, _BrokenStore())), server)
+    add_to_server(AgentServicer(agent), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -16,7 +15,7 @@ from agentsidecar.client import AgentClient
 from agentsidecar.errors import error_details
 from agentsidecar.v1 import agent_pb2
 from sidecar import testing
-from sidecar.api.service import _StreamSink
+from sidecar.api.stream import StreamSink
 from sidecar.types import ToolCallStatus, ToolOutcome
 from tests.support.stack import (
     SimControl,
@@ -267,10 +266,17 @@ async def test_tool_text_beyond_what_a_caller_can_rely_on_is_cut_where_it_enters
     assert events[-1].run_finished.stop_reason == agent_pb2.STOP_REASON_ANSWERED
 
 
-def _waiting_bytes(queue: asyncio.Queue[Any]) -> int:
-    return sum(
-        m.ByteSize() for m in list(queue._queue) if isinstance(m, agent_pb2.StreamRunResponse)
-    )  # type: ignore[attr-defined]
+def _waiting_bytes(sink: StreamSink) -> int:
+    """Bytes of the events queued for the caller, counted from the messages themselves."""
+    entries = list(sink._queue._queue)  # type: ignore[attr-defined]
+    return sum(m.ByteSize() for m, _ in entries if m is not None)
+
+
+def _take(sink: StreamSink) -> None:
+    """The caller takes the next event."""
+    message, size = sink._queue.get_nowait()
+    assert message is not None
+    sink._taken(size)
 
 
 @pytest.mark.property
@@ -283,9 +289,8 @@ def test_a_reader_that_takes_nothing_holds_at_most_twice_the_buffer_in_bytes(
 ) -> None:
     # What a slow reader costs is bounded in bytes: twice the buffer, or one event alone
     # (a reader that keeps up takes any one event, however large).
-    queue: asyncio.Queue[Any] = asyncio.Queue()
     stopped: list[bool] = []
-    sink = _StreamSink(queue, "run", limit, lambda: stopped.append(True))
+    sink = StreamSink("run", limit, on_backlog=lambda: stopped.append(True))
     largest = 0
     for i, size in enumerate(sizes):
         outcome = ToolOutcome(
@@ -297,31 +302,30 @@ def test_a_reader_that_takes_nothing_holds_at_most_twice_the_buffer_in_bytes(
             duration=0.0,
         )
         sink.tool_call_finished(1, outcome)
-        waiting = _waiting_bytes(queue)
-        largest = max(largest, waiting if queue.qsize() == 1 else 0)
+        waiting = _waiting_bytes(sink)
+        largest = max(largest, waiting if sink._queue.qsize() == 1 else 0)
         assert waiting <= max(2 * limit, largest)
         if stopped:
             assert sink.backlogged and waiting == 0  # the memory is freed at once
             break
     if not stopped:
-        assert _waiting_bytes(queue) == sink.queued
+        assert _waiting_bytes(sink) == sink.queued
 
 
 async def test_the_models_text_waits_for_a_reader_that_falls_behind() -> None:
-    queue: asyncio.Queue[Any] = asyncio.Queue()
     stopped: list[bool] = []
     limit = 64 * 1024
-    sink = _StreamSink(queue, "run", limit, lambda: stopped.append(True))
+    sink = StreamSink("run", limit, on_backlog=lambda: stopped.append(True))
     while sink.queued <= limit:
         assert sink.backlog() is None
         sink.text_delta(1, "z" * 4096)
     behind = sink.backlog()
-    assert behind is not None and _waiting_bytes(queue) <= limit + 4096 + 64
+    assert behind is not None and _waiting_bytes(sink) <= limit + 4096 + 64
     waiting = asyncio.ensure_future(behind)
     await asyncio.sleep(0)
     assert not waiting.done()
-    while _waiting_bytes(queue) > limit // 2:  # the reader catches up
-        sink.taken(queue.get_nowait())
+    while _waiting_bytes(sink) > limit // 2:  # the reader catches up
+        _take(sink)
     async with asyncio.timeout(1):
         await waiting
     assert not stopped and sink.backlog() is None

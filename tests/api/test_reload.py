@@ -18,7 +18,7 @@ import yaml
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from sidecar.api.server import ConfigReloader
+from sidecar.commands.serve import ConfigReloader
 from sidecar.config import load_config
 from sidecar.security.audit import AuditLog
 from sidecar.telemetry import Telemetry
@@ -327,7 +327,7 @@ async def test_an_unusable_answer_schema_is_refused_on_reload_and_the_watch_goes
 
 
 class _Failing:
-    """A sidecar whose reload fails with a bug the first time."""
+    """A runtime whose reload fails with a bug the first time."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.audit = AuditLog(str(tmp_path / "audit.jsonl"))
@@ -335,7 +335,7 @@ class _Failing:
         self.calls = 0
         self.applied = asyncio.Event()
 
-    async def reload(self, config: Any) -> list[str]:
+    def apply(self, config: Any) -> list[str]:
         self.calls += 1
         if self.calls == 1:
             raise RuntimeError("a bug")

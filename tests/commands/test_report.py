@@ -21,8 +21,8 @@ from sidecar.types import (
     Stage,
     StageKind,
     StopReason,
-    ToolCallDetail,
     ToolCallStatus,
+    ToolOutcome,
     Usage,
 )
 
@@ -82,24 +82,48 @@ def _outcome(model_ms: float, tool_ms: tuple[float, float], label_offset: float)
     model = ModelCallDetail(
         usage=usage, provider=ProviderTiming(), time_to_first_token=model_ms / 2e3, attempts=1
     )
-    stages = [Stage(StageKind.QUEUE, "queue", 0, 0.0, 0.001)]
+    stages = [Stage(kind=StageKind.QUEUE, name="queue", step=0, start=0.0, duration=0.001)]
     at = 0.001
-    stages.append(Stage(StageKind.MODEL_CALL, "m", 1, at, model_ms / 1e3, model))
+    stages.append(
+        Stage(
+            kind=StageKind.MODEL_CALL,
+            name="m",
+            step=1,
+            start=at,
+            duration=model_ms / 1e3,
+            detail=model,
+        )
+    )
     at += model_ms / 1e3
     for name, duration in zip(("lookup", "fetch"), tool_ms, strict=True):
-        detail = ToolCallDetail(
+        outcome = ToolOutcome(
             call_id=name,
+            tool_name=name,
             status=ToolCallStatus.OK,
+            content="",
+            start=at,
+            duration=duration / 1e3,
             handler_duration=duration / 2e3,
             attempts=1,
             wait_duration=0.0,
         )
-        stages.append(Stage(StageKind.TOOL_CALL, name, 1, at, duration / 1e3, detail))
+        stages.append(Stage.of_tool_call(1, outcome))
     at += max(tool_ms) / 1e3
-    stages.append(Stage(StageKind.MODEL_CALL, "m", 2, at, model_ms / 1e3, model))
+    stages.append(
+        Stage(
+            kind=StageKind.MODEL_CALL,
+            name="m",
+            step=2,
+            start=at,
+            duration=model_ms / 1e3,
+            detail=model,
+        )
+    )
     at += model_ms / 1e3
     overhead = 0.0005 + label_offset
-    stages.append(Stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, overhead))
+    stages.append(
+        Stage(kind=StageKind.OVERHEAD, name="sidecar", step=0, start=0.0, duration=overhead)
+    )
     usage_total = Usage(prompt_tokens=200, completion_tokens=20)
     return RunOutcome(
         answer="ok",

@@ -13,14 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentsidecar.addresses import (
-    SOCKET_MODE,
-    UnixSocketError,
-    claim_unix_socket,
-    is_local_target,
-    is_loopback,
-    socket_umask,
-)
+from agentsidecar.addresses import is_local_target, is_loopback
+from agentsidecar.serving import SOCKET_MODE, UnixSocketError, claim_unix_socket, socket_umask
 from sidecar import testing
 from sidecar.config import parse_config
 from sidecar.errors import StartupError

@@ -89,7 +89,7 @@ async def _lookup(
     cache: ResultCache, tool: CatalogTool, invoke: object, call_id: str = "c", **arguments: object
 ) -> ToolOutcome:
     call, args = _call(call_id, arguments)
-    return await cache.call(tool, args, call, invoke, Clock(), FAR)  # type: ignore[arg-type]
+    return await cache.call(tool, args, call, invoke=invoke, clock=Clock(), deadline=FAR)  # type: ignore[arg-type]
 
 
 async def test_a_repeated_call_is_a_hit_until_the_tools_ttl_passes() -> None:

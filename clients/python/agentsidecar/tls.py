@@ -1,47 +1,23 @@
-"""TLS and bearer tokens for gRPC links: credentials from PEM files, reloaded when they change.
+"""TLS and bearer tokens for the channels that dial a gRPC server, and the PEM files
+behind them (read whole, watched for changes).
 
-One module for both ends of every link (the sidecar's port, its channels to tool
-servers, the tool-server SDK, this package's client):
-
-- :func:`server_credentials`: grpc asks :class:`ReloadingCertificates` for the
-  certificate before each new connection's handshake; it rereads the files at most
-  every ``reload_interval`` seconds and only when one changed, so a rotated certificate
-  (a Kubernetes Secret updated in place, cert-manager renewing) serves new connections
-  while calls in flight keep theirs. With a client CA, every caller must present a
-  certificate that chains to it (mutual TLS).
 - :func:`channel_credentials`: what a channel dials with: TLS (with a client certificate
   for mutual TLS) and, optionally, a bearer token sent on every call. A token over
   plaintext is allowed to loopback only (grpc's local credentials check it).
-- :class:`TokenCheck`: a server interceptor that admits a call only with one of the
-  expected tokens, compared as SHA-256 digests in constant time; health and reflection
-  stay open for probes.
+- :func:`read_pem` and :class:`FileWatch`: a PEM file's bytes, and whether files changed:
+  shared with the serving side (:mod:`agentsidecar.serving`), which reloads a rotated
+  certificate.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import logging
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
 
-__all__ = [
-    "FileWatch",
-    "ReloadingCertificates",
-    "TlsFileError",
-    "TokenCheck",
-    "channel_credentials",
-    "read_pem",
-    "server_credentials",
-]
-
-log = logging.getLogger(__name__)
-
-_OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+__all__ = ["FileWatch", "TlsFileError", "channel_credentials", "read_pem"]
 
 
 class TlsFileError(Exception):
@@ -89,74 +65,6 @@ class FileWatch:
         return True
 
 
-class ReloadingCertificates:
-    """grpc's certificate fetcher for a server whose certificate files may change.
-
-    Raises:
-        TlsFileError: a file cannot be read at start.
-    """
-
-    def __init__(
-        self,
-        cert_file: str,
-        key_file: str,
-        client_ca_file: str | None = None,
-        *,
-        reload_interval: float = 5.0,
-    ) -> None:
-        self._files = (cert_file, key_file, client_ca_file)
-        self._interval = reload_interval
-        self._watch = FileWatch(self._files)
-        self._checked = time.monotonic()
-        self.initial = self._load()
-        self.reloads = 0
-
-    def _load(self) -> grpc.ServerCertificateConfiguration:
-        cert_file, key_file, client_ca_file = self._files
-        key = read_pem(key_file, "the TLS key")
-        chain = read_pem(cert_file, "the TLS certificate")
-        roots = read_pem(client_ca_file, "the client CA") if client_ca_file else None
-        return grpc.ssl_server_certificate_configuration([(key, chain)], roots)
-
-    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
-        now = time.monotonic()
-        if now - self._checked < self._interval:
-            return None
-        self._checked = now
-        if not self._watch.changed():
-            return None
-        try:
-            loaded = self._load()
-        except TlsFileError as exc:  # half-written files: keep serving the old ones
-            log.warning("TLS certificate not reloaded: %s", exc)
-            return None
-        self.reloads += 1
-        log.info("TLS certificate reloaded from %s", self._files[0])
-        return loaded
-
-
-def server_credentials(
-    cert_file: str,
-    key_file: str,
-    client_ca_file: str | None = None,
-    *,
-    reload_interval: float = 5.0,
-) -> grpc.ServerCredentials:
-    """Credentials for a server port; mutual TLS when ``client_ca_file`` is set.
-
-    Raises:
-        TlsFileError: a file cannot be read.
-    """
-    certificates = ReloadingCertificates(
-        cert_file, key_file, client_ca_file, reload_interval=reload_interval
-    )
-    return grpc.dynamic_ssl_server_credentials(
-        certificates.initial,
-        certificates,
-        require_client_authentication=client_ca_file is not None,
-    )
-
-
 def channel_credentials(
     *,
     tls: bool,
@@ -192,54 +100,3 @@ def channel_credentials(
             credentials, grpc.access_token_call_credentials(token)
         )
     return credentials
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
-
-
-class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Admits a call only with ``authorization: Bearer <token>`` naming an expected token.
-
-    Health and reflection stay open, so probes and tools like grpcurl's ``describe`` work
-    without the token. Refused calls end UNAUTHENTICATED before their handler runs.
-    """
-
-    def __init__(self, tokens: Sequence[str]) -> None:
-        if not tokens or not all(tokens):
-            raise ValueError("TokenCheck needs at least one non-empty token")
-        self._digests = [_digest(t) for t in tokens]
-
-    def admits(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> bool:
-        for key, value in metadata or ():
-            if key != "authorization":
-                continue
-            text = value.decode(errors="replace") if isinstance(value, bytes) else value
-            if text[:7].lower() != "bearer ":
-                return False
-            presented = _digest(text[7:].strip())
-            # Every digest is compared: the time says nothing about which came close.
-            return sum(hmac.compare_digest(presented, d) for d in self._digests) > 0
-        return False
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method or ""
-        if method.startswith(_OPEN_SERVICES) or self.admits(
-            handler_call_details.invocation_metadata
-        ):
-            return await continuation(handler_call_details)
-        return _REFUSE
-
-
-async def _refuse(request: object, context: grpc.aio.ServicerContext) -> None:
-    await context.abort(
-        grpc.StatusCode.UNAUTHENTICATED,
-        "this server requires 'authorization: Bearer <token>' metadata with its token",
-    )
-
-
-_REFUSE = grpc.unary_unary_rpc_method_handler(_refuse)

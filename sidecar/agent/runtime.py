@@ -1,0 +1,408 @@
+"""The runtime: everything a turn needs, built from a validated configuration, with no
+front in sight.
+
+:class:`Runtime` builds the model clients (or the embedded LLM simulator), the session
+store, the tool-result cache, the memory keeper, the tool catalog and the connections to
+the tool servers, telemetry and the audit record, and the :class:`~sidecar.agent.agent.Agent`
+every front calls. A front (gRPC, an HTTP gateway, a test) is a page of code around it::
+
+    runtime = Runtime(config, api_key=key)
+    await runtime.start()
+    await runtime.ready()                  # tool servers discovered (or timed out)
+    session = await runtime.agent.create_session(ANONYMOUS, "default", "", {})
+    turn = await runtime.agent.begin_turn(ANONYMOUS, session.session_id, "hello")
+    outcome = await runtime.agent.run_turn(turn, structured=True, sink=None, time_remaining=30)
+    await runtime.close()
+
+It owns reload: :meth:`Runtime.apply` builds a new :class:`~sidecar.agent.snapshot.Snapshot`
+from a new configuration (profiles, variants, prices, principals, tool identity, tool
+versions) and swaps it in at once; runs in flight keep the one they were admitted on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sidecar.agent.agent import Agent
+from sidecar.agent.cost import PriceTable
+from sidecar.agent.loop import AgentLoop
+from sidecar.agent.models import ModelRoster
+from sidecar.agent.profiles import build_profiles
+from sidecar.agent.snapshot import Snapshot
+from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
+from sidecar.context.assembler import ContextAssembler
+from sidecar.context.memory import MemoryKeeper
+from sidecar.errors import ConfigError, StartupError
+from sidecar.redaction import Redactor
+from sidecar.security.audit import AuditLog
+from sidecar.security.exposure import check_exposure, check_reload
+from sidecar.security.identity import Authenticator
+from sidecar.security.tool_identity import ToolIdentity
+from sidecar.sessions.factory import store_from_config
+from sidecar.sessions.store import SessionStore
+from sidecar.telemetry import Telemetry
+from sidecar.tools.catalog import ToolCatalog
+from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.discovery import Discovery
+from sidecar.tools.result_cache import ResultCache
+
+if TYPE_CHECKING:
+    from sidecar.tools.shared_results import PostgresSharedResults
+
+__all__ = ["RELOADABLE", "Runtime", "tool_server_token"]
+
+log = logging.getLogger(__name__)
+
+RELOADABLE = ("profiles", "prices", "auth", "tool_servers")
+"""Top-level sections a reload applies: ``auth`` but its audit path, ``tool_servers``
+their weights only."""
+
+
+def tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> str | None:
+    """The token the sidecar sends a tool server, from its environment variable or file.
+
+    Raises:
+        StartupError: the variable is unset or the file unreadable or empty.
+    """
+    if config.token_env is not None:
+        token = environ.get(config.token_env, "").strip()
+        if not token:
+            raise StartupError(
+                f"tool server {config.name}: the environment variable {config.token_env} "
+                "is unset or empty"
+            )
+        return token
+    if config.token_file is not None:
+        try:
+            token = Path(config.token_file).read_text().strip()
+        except OSError as exc:
+            raise StartupError(
+                f"tool server {config.name}: cannot read {config.token_file}: {exc.strerror}"
+            ) from None
+        if not token:
+            raise StartupError(f"tool server {config.name}: {config.token_file} is empty")
+        return token
+    return None
+
+
+def _restart_only_changes(old: SidecarConfig, new: SidecarConfig) -> list[str]:
+    """The settings ``new`` changes that only a restart applies."""
+    changed = [
+        name
+        for name in SidecarConfig.model_fields
+        if name not in RELOADABLE and getattr(old, name) != getattr(new, name)
+    ]
+    if old.auth.audit != new.auth.audit:
+        changed.append("auth.audit")
+    if [s.model_copy(update={"weight": 0}) for s in old.tool_servers] != [
+        s.model_copy(update={"weight": 0}) for s in new.tool_servers
+    ]:
+        changed.append("tool_servers (other than their weights)")
+    return changed
+
+
+def _tool_versions(config: SidecarConfig) -> dict[str, list[tuple[str, float]]]:
+    """Each tool server that has versions: itself and its versions, with their weights."""
+    versions: dict[str, list[tuple[str, float]]] = {}
+    by_name = {s.name: s for s in config.tool_servers}
+    for server in config.tool_servers:
+        if server.version_of is not None:
+            original = by_name[server.version_of]
+            versions.setdefault(original.name, [(original.name, original.weight)])
+            versions[original.name].append((server.name, server.weight))
+    return versions
+
+
+class Runtime:
+    """Everything one sidecar process runs turns with, built from one configuration.
+
+    Args:
+        config: The validated configuration.
+        api_key: The model's API key (the command reads it from the environment).
+        postgres_dsn: The shared store's connection string, when it uses one.
+        redactor: Redacts secrets; unset: one made of the key, the store's password and
+            the configured patterns.
+        environ: The environment variables the configuration names for secrets.
+
+    Raises:
+        StartupError: a token or TLS file cannot be read, or a token variable is unset.
+    """
+
+    def __init__(
+        self,
+        config: SidecarConfig,
+        *,
+        api_key: str | None,
+        postgres_dsn: str | None = None,
+        redactor: Redactor | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._environ = environ or {}
+        self._postgres_dsn = postgres_dsn
+        self.redact = redactor or Redactor(
+            [api_key, dsn_password(postgres_dsn)], config.security.redact
+        )
+        self.telemetry = Telemetry.from_config(config)
+        metrics = self.telemetry.metrics
+        self.audit = AuditLog(config.auth.audit.path, self.redact)
+        self.models = ModelRoster(
+            config.model,
+            api_key=api_key,
+            environ=self._environ,
+            redact=self.redact,
+            on_error=self.telemetry.model_error_hook,
+        )
+        self.catalog = ToolCatalog()
+        self.catalog.set_server_order([s.name for s in config.tool_servers])
+        discovery = Discovery(
+            self.catalog,
+            {s.name: s.version_of for s in config.tool_servers if s.version_of},
+            on_change=self._catalog_changed,
+        )
+        self.connections = {
+            s.name: ToolServerConnection(
+                s,
+                on_discovered=discovery.discovered,
+                on_breaker_change=metrics.breaker_changed if metrics is not None else None,
+                token=tool_server_token(s, self._environ),
+            )
+            for s in config.tool_servers
+        }
+        if metrics is not None:
+            for s in config.tool_servers:
+                metrics.breaker_known(s.name)
+        self._config = config
+        self._snapshot: Snapshot | None = None
+        self.store: SessionStore | None = None
+        self.results: ResultCache | None = None
+        self.memory: MemoryKeeper | None = None
+        self._shared_results: PostgresSharedResults | None = None
+        self._agent: Agent | None = None
+        self.metrics_port: int | None = None
+        self.is_ready = False
+        """Every tool server discovered, or its discovery timed out."""
+        self._unknown_tools: dict[str, frozenset[str]] = {}
+
+    # -- what fronts read ------------------------------------------------------------------
+
+    @property
+    def config(self) -> SidecarConfig:
+        """The configuration applied last."""
+        return self._config
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The configuration applied last, as runs admitted now read it."""
+        assert self._snapshot is not None, "Runtime.start() first"
+        return self._snapshot
+
+    @property
+    def agent(self) -> Agent:
+        """Sessions, turns and approvals: what every front calls."""
+        assert self._agent is not None, "Runtime.start() first"
+        return self._agent
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build what runs turns and connect to the tool servers (discovery goes on in
+        the background: :meth:`ready`).
+
+        Raises:
+            SessionStoreError: the session store cannot be opened.
+            StartupError: the configuration exposes the sidecar and does not say
+                ``insecure``, a model's key is missing, or a file cannot be read.
+        """
+        config = self._config
+        for warning in check_exposure(config):
+            log.warning("%s", warning)
+        model = await self.models.start()
+        store = store_from_config(config.sessions, postgres_dsn=self._postgres_dsn)
+        await store.open()
+        self.store = store
+        shared = None
+        if config.cache.shared:
+            from sidecar.sessions.postgres import PostgresSessionStore
+            from sidecar.tools.shared_results import PostgresSharedResults
+
+            assert isinstance(store, PostgresSessionStore)
+            shared = PostgresSharedResults(
+                store.pool, sweep_interval=config.sessions.sweep_interval
+            )
+            await shared.open()
+            self._shared_results = shared
+        if config.cache.tool_results:
+            self.results = ResultCache(max_entries=config.cache.max_entries, shared=shared)
+        if any(p.context.memory for p in config.profiles.values()):
+            self.memory = MemoryKeeper(model, store, timeout=config.model.timeout)
+        loop = AgentLoop(
+            self.catalog,
+            self.connections,
+            results=self.results,
+            redact=self.redact,
+            max_message_bytes=config.server.max_message_bytes,
+        )
+        self._snapshot = self._build_snapshot(config, previous=None)
+        self._agent = Agent(
+            loop,
+            store,
+            snapshot=lambda: self.snapshot,
+            model=model,
+            telemetry=self.telemetry,
+            audit=self.audit,
+            max_response_bytes=config.server.max_message_bytes,
+            max_runs=config.server.max_concurrent_runs,
+            max_sessions=config.sessions.max_sessions,
+        )
+        if self.telemetry.metrics is not None:
+            metrics = config.telemetry.metrics
+            self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
+        for connection in self.connections.values():
+            connection.start()
+
+    async def ready(self) -> None:
+        """Wait until every tool server is discovered or its discovery timeout has passed
+        (its tools stay hidden until it answers); then check the profiles' tool lists."""
+
+        async def discovered(connection: ToolServerConnection) -> None:
+            try:
+                async with asyncio.timeout(connection.config.discovery_timeout):
+                    await connection.discovered.wait()
+            except TimeoutError:
+                log.warning(
+                    "tool server %s (%s) not discovered within %.1fs%s; its tools stay hidden "
+                    "until it answers",
+                    connection.name,
+                    connection.config.address,
+                    connection.config.discovery_timeout,
+                    f": {connection.last_error}" if connection.last_error else "",
+                )
+
+        await asyncio.gather(*(discovered(c) for c in self.connections.values()))
+        self.is_ready = True
+        self._check_profile_tools()
+
+    async def close(self) -> None:
+        """Release everything: runs still storing their turns get 5 s first."""
+        if self._agent is not None:
+            try:
+                async with asyncio.timeout(5):
+                    await self._agent.wait_idle()
+            except TimeoutError:
+                log.warning("runs still storing their turns after 5s; closing the store")
+        if self.memory is not None:
+            await self.memory.close()
+        if self.results is not None:
+            await self.results.close()
+        if self._shared_results is not None:
+            await self._shared_results.close()
+        if self.store is not None:
+            await self.store.close()
+        for connection in self.connections.values():
+            await connection.close()
+        await self.models.close()
+        await self.telemetry.close()
+        self.audit.close()
+
+    # -- reload ----------------------------------------------------------------------------
+
+    def apply(self, config: SidecarConfig) -> list[str]:
+        """Apply ``config`` to the runs that start from now on: a new snapshot, swapped in
+        at once; runs in flight finish on the one they started with. Profiles (prompts,
+        tool lists, budgets, variants and their weights, tiering), prices, principals, the
+        tool identity and tool-server weights reload; every other section needs a restart.
+
+        Returns:
+            The top-level sections that changed.
+
+        Raises:
+            ConfigError: the new configuration changes a section that needs a restart,
+                or switches caller authentication off; nothing was applied.
+            StartupError: a model it names cannot be used (an unset key), a token file
+                or the signing key of ``auth.tool_assertion`` cannot be read, or it fails
+                the start-time exposure check; nothing was applied.
+        """
+        old = self._config
+        restart = _restart_only_changes(old, config)
+        if restart:
+            raise ConfigError("these settings take effect only at a restart: " + ", ".join(restart))
+        for warning in check_reload(old, config):
+            log.warning("%s", warning)
+        changed = [s for s in RELOADABLE if getattr(old, s) != getattr(config, s)]
+        if not changed:
+            return []
+        snapshot = self._build_snapshot(
+            config, previous=self.snapshot
+        )  # may raise: nothing changed
+        self._snapshot, self._config = snapshot, config
+        if self.is_ready:
+            self._check_profile_tools()
+        return changed
+
+    def _build_snapshot(self, config: SidecarConfig, previous: Snapshot | None) -> Snapshot:
+        """Everything a reload replaces, built from ``config`` (an error builds nothing)."""
+        routers = self.models.routers(
+            config,
+            previous=(previous.config, previous.routers) if previous is not None else None,
+            on_rollback=self._rolled_back,
+            on_state=self.telemetry.variant_state,
+        )
+        authenticator = Authenticator(config.auth, self._environ)
+        if (
+            previous is not None
+            and config.auth.tool_assertion == previous.config.auth.tool_assertion
+        ):
+            tool_identity = previous.tool_identity
+        else:
+            tool_identity = ToolIdentity.from_config(config.auth.tool_assertion)
+        context = ContextAssembler(config.profiles, self.memory, self.models.memory_models(config))
+        simulated = self.models.simulated
+        prices = PriceTable(
+            config.prices,
+            # The embedded simulator's runs are priced as the configured model would
+            # charge for their tokens, and say so.
+            priced_as=config.model.model if simulated else None,
+            simulated=simulated,
+        )
+        return Snapshot(
+            config=config,
+            profiles=build_profiles(config.profiles),
+            routers=routers,
+            context=context,
+            prices=prices,
+            authenticator=authenticator,
+            tool_identity=tool_identity,
+            tool_versions=_tool_versions(config),
+        )
+
+    # -- tool servers ----------------------------------------------------------------------
+
+    def _catalog_changed(self) -> None:
+        if self.is_ready:
+            self._check_profile_tools()
+
+    def _check_profile_tools(self) -> None:
+        """Warn about (and count) names in profiles' tool lists that no tool server
+        offers: a typo there silently leaves the model without the tool."""
+        reported: dict[str, frozenset[str]] = {}
+        for name, profile in self._config.profiles.items():
+            unknown = frozenset(self.catalog.unknown(profile.tools or []))
+            self.telemetry.unknown_tools(name, len(unknown))
+            fresh = unknown - self._unknown_tools.get(name, frozenset())
+            if fresh:
+                log.warning(
+                    "profile %s names tools no tool server offers: %s; the model does not "
+                    "get them (a typo, or a server that is down?)",
+                    name,
+                    ", ".join(sorted(fresh)),
+                )
+            reported[name] = unknown
+        self._unknown_tools = reported
+
+    def _rolled_back(self, profile: str, variant: str, why: str) -> None:
+        self.telemetry.variant_rolled_back(profile, variant)
+        self.audit.record("variant_rolled_back", "", profile=profile, variant=variant, why=why)

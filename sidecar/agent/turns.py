@@ -1,0 +1,538 @@
+"""A turn's whole life, in the order it happens.
+
+1. **Admission** (:meth:`Turns.begin`): the request's fields are checked, the sidecar
+   must not be draining or full, and the configuration applied now is taken: the turn
+   runs on it to its end, whatever a reload does meanwhile.
+2. **Claim**: the principal's session is found, its profile allowed and its input sized;
+   then (and only then) the principal's run quotas are spent, and the session is claimed
+   in the store (the turn-start record, which is also the session's lock). A failed claim
+   gives the quotas back.
+3. **Window** and **loop** (:meth:`Turns.run`): the history is windowed, the loop runs.
+   A turn the sidecar stops (a delete, the end of the drain) ends with a result; a bug
+   ends it failed, with an error id.
+4. **Store** (also when the caller left), **price**, **release** (admission, quotas, the
+   running registry); then what only observes a finished turn is told of it: the audit
+   record, the variant router, telemetry.
+
+A claimed turn that never runs (its caller left first) is released by :meth:`Turns.abandon`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sidecar.agent.admission import Admission, Running
+from sidecar.agent.approvals import Approvals
+from sidecar.agent.conversations import Conversations
+from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
+from sidecar.agent.loop import AgentLoop, RunResultWithMessages
+from sidecar.agent.profiles import Profile
+from sidecar.agent.scope import RunScope
+from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
+from sidecar.context.calibration import TokenCalibration
+from sidecar.context.window import Window
+from sidecar.errors import (
+    FieldViolation,
+    PermissionDenied,
+    ProfileRemoved,
+    SessionBusy,
+    SessionNotFound,
+)
+from sidecar.llm.model import Model
+from sidecar.security.audit import AuditLog
+from sidecar.security.identity import Principal
+from sidecar.security.quotas import RunQuotas
+from sidecar.sessions.store import SessionStore
+from sidecar.telemetry import Telemetry
+from sidecar.tools.catalog import CatalogTool
+from sidecar.tools.dispatch import Approver, ToolCallListener
+from sidecar.types import (
+    Clock,
+    EventSink,
+    ModelCallDetail,
+    RunOutcome,
+    Session,
+    StopReason,
+    ToolCall,
+    ToolOutcome,
+    Turn,
+)
+
+if TYPE_CHECKING:
+    from sidecar.telemetry.tracing import RunTrace
+
+__all__ = ["DEFAULT_RUN_TIMEOUT", "ClaimedTurn", "Turns"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUN_TIMEOUT = 600.0
+"""Seconds a run may take when its caller set no deadline: a wedged run must never hold
+a session forever."""
+_RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+@dataclass(slots=True, kw_only=True)
+class ClaimedTurn:
+    """A turn whose session is claimed: it runs, or it is abandoned."""
+
+    session: Session
+    """As stored: its ``session_id`` is the store's key (see :class:`Principal`)."""
+    session_id: str
+    """The id the caller knows the session by."""
+    principal: Principal
+    snapshot: Snapshot
+    """The configuration the turn was admitted on; it runs on it to its end."""
+    profile: Profile
+    run_id: str
+    input: str
+    started: float
+    """Wall-clock start, seconds since the epoch."""
+    clock: Clock = field(default_factory=Clock)
+    """The run's clock, started when the request arrived."""
+    variant: Variant | None = None
+    """The profile's variant the turn runs on; None: the profile has no variants."""
+    router: VariantRouter | None = None
+    """The router that chose it (the turn's outcome is recorded there, also when a
+    reload has replaced it since)."""
+
+    @property
+    def model_name(self) -> str:
+        """The model that answers this turn ("" when the profile has no variants)."""
+        return self.variant.models.answer.name if self.variant is not None else ""
+
+
+class Turns:
+    """Admits, claims, runs, stores and releases turns.
+
+    Args:
+        loop: The decision loop.
+        store: Where sessions live.
+        model: The model of a profile with no variants.
+        snapshot: The configuration applied now.
+        conversations: Finds a principal's session.
+        admission: The drain, capacity, and the running turns.
+        approvals: The calls waiting for a decision.
+        telemetry: Metrics, tracing and the timeline log.
+        audit: The audit record.
+    """
+
+    def __init__(
+        self,
+        loop: AgentLoop,
+        store: SessionStore,
+        *,
+        model: Model,
+        snapshot: Callable[[], Snapshot],
+        conversations: Conversations,
+        admission: Admission,
+        approvals: Approvals,
+        telemetry: Telemetry,
+        audit: AuditLog,
+    ) -> None:
+        self._loop = loop
+        self._store = store
+        self._model = model
+        self._snapshot = snapshot
+        self._conversations = conversations
+        self._admission = admission
+        self._approvals = approvals
+        self._telemetry = telemetry
+        self._audit = audit
+        self.quotas = RunQuotas()
+        self.calibration = TokenCalibration()
+
+    # -- admission and claim -------------------------------------------------------------
+
+    async def begin(
+        self,
+        principal: Principal,
+        session_id: str,
+        user_input: str,
+        problems: Sequence[FieldViolation] = (),
+    ) -> ClaimedTurn:
+        """Check the request, load the principal's session and claim it for a new turn.
+
+        Raises:
+            Draining: the sidecar is shutting down.
+            InvalidRequest: naming every invalid field (with the front's ``problems``).
+            InputTooLarge: the input is longer than the profile allows.
+            Overloaded: as many turns are in flight as the sidecar takes.
+            QuotaExceeded: the principal is at its concurrent-run or per-minute quota.
+            SessionNotFound: no such session.
+            PermissionDenied: the principal may no longer use the session's profile.
+            ProfileRemoved: the session's profile is no longer configured.
+            SessionBusy: another turn holds the session.
+        """
+        clock = Clock()
+        self._admission.refuse_if_draining()
+        # Every invalid field is named before any lookup.
+        refuse(problems, id_problems(session_id, "session_id"), input_problems(user_input))
+        snapshot = self._snapshot()  # the turn runs on this configuration to its end
+        with self._admission.claiming():
+            return await self._claim(principal, session_id, user_input, clock, snapshot)
+
+    async def _claim(
+        self,
+        principal: Principal,
+        session_id: str,
+        user_input: str,
+        clock: Clock,
+        snapshot: Snapshot,
+    ) -> ClaimedTurn:
+        session = await self._conversations.stored(principal.key(session_id), session_id)
+        if not principal.may_use(session.profile):
+            raise PermissionDenied(principal.name, session.profile)
+        profile = snapshot.profiles.get(session.profile)
+        if profile is None:
+            raise ProfileRemoved(session_id, session.profile)
+        check_input(user_input, profile.config.max_input_chars)
+        router = snapshot.routers.get(profile.name)
+        variant = None
+        if router is not None:
+            # Sticky: the session's variant is the one its latest turn ran on.
+            pinned = next((t.variant for t in reversed(session.turns) if t.variant), None)
+            variant = router.choose(pinned)
+        turn = ClaimedTurn(
+            session=session,
+            session_id=session_id,
+            principal=principal,
+            snapshot=snapshot,
+            profile=profile,
+            variant=variant,
+            router=router,
+            run_id=uuid.uuid4().hex,
+            input=user_input,
+            started=time.time(),
+            clock=clock,
+        )
+        # Only a run that starts spends a quota: taken now, given back if the claim fails
+        # (a busy session, one deleted meanwhile, the caller gone).
+        mark = self.quotas.admit(principal)
+        try:
+            await self._claim_session(turn)
+        except BaseException:
+            self.quotas.refund(principal, mark)
+            raise
+        return turn
+
+    async def _claim_session(self, turn: ClaimedTurn) -> None:
+        claim = asyncio.ensure_future(
+            self._store.begin_turn(turn.session.session_id, turn.run_id, turn.input, turn.started)
+        )
+        try:
+            await asyncio.shield(claim)
+        except SessionBusy:
+            raise SessionBusy(turn.session_id) from None
+        except SessionNotFound:  # deleted since it was read
+            raise SessionNotFound(turn.session_id) from None
+        except asyncio.CancelledError:
+            # The caller left while the session was being claimed: never leave it claimed.
+            claimed = (await asyncio.gather(claim, return_exceptions=True))[0] is None
+            if claimed:
+                await self._store_cancelled(turn)
+            raise
+
+    async def abandon(self, turn: ClaimedTurn) -> None:
+        """Release a claimed turn that never ran; it is stored as cancelled."""
+        self._admission.release()
+        self.quotas.release(turn.principal)
+        await self._store_cancelled(turn)
+
+    async def _store_cancelled(self, turn: ClaimedTurn) -> None:
+        record = Turn(
+            run_id=turn.run_id,
+            input=turn.input,
+            answer="",
+            stop_reason=StopReason.CANCELLED,
+            start_time=turn.started,
+            end_time=time.time(),
+        )
+        await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(
+        self,
+        turn: ClaimedTurn,
+        *,
+        structured: bool,
+        sink: EventSink | None,
+        time_remaining: float | None,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+    ) -> RunOutcome:
+        """Run a claimed turn to its end and store it, also when it is cancelled.
+
+        Args:
+            turn: From :meth:`begin`.
+            structured: OUTPUT_MODE_STRUCTURED: no text deltas.
+            sink: Receives the run's events; None when nobody streams them (and then no
+                call can be approved: calls that need approval are denied at once).
+            time_remaining: Seconds left of the caller's deadline; None: no deadline.
+            metadata: The caller's request metadata (trace context is passed on).
+        """
+        trace = self._telemetry.run_started(
+            profile=turn.profile.name,
+            session_id=turn.session.session_id,
+            run_id=turn.run_id,
+            metadata=metadata,
+            clock=turn.clock,
+            streamed=sink is not None,
+        )
+        scope = self._scope(
+            turn,
+            structured=structured,
+            sink=sink,
+            time_remaining=time_remaining,
+            metadata=metadata,
+            trace=trace,
+        )
+        if self._audit.enabled:
+            self._audit.record(
+                "run_started",
+                turn.principal.name,
+                session_id=turn.session_id,
+                run_id=turn.run_id,
+                profile=turn.profile.name,
+            )
+        running = self._admission.enter(turn.session.session_id, turn.run_id)
+        result: RunResultWithMessages | None = None
+        window: Window | None = None
+        running.in_loop = True
+        try:
+            try:
+                window = turn.snapshot.context.window(
+                    turn.session,
+                    turn.profile.name,
+                    scope.system_message,
+                    self._loop.tool_definitions(turn.profile),
+                    turn.input,
+                    scale=self.calibration.ratio(scope.models.answer.name, turn.session.session_id),
+                )
+                result = await self._loop.run(scope, window.messages, turn.input)
+            except asyncio.CancelledError:
+                if running.stopped is None:
+                    raise  # the caller left
+                running.task.uncancel()  # the sidecar stopped the run: it ends with a result
+                result = _stopped(running, turn.clock)
+            except Exception:
+                # A bug, not a run failure: the turn is stored as failed, never as
+                # cancelled, and the caller learns an error id, not the exception.
+                result = _internal_failure(turn.run_id, turn.clock)
+            finally:
+                running.in_loop = False
+            return result.outcome
+        finally:
+            await self._end(turn, scope, running=running, result=result, window=window, trace=trace)
+
+    def _scope(
+        self,
+        turn: ClaimedTurn,
+        *,
+        structured: bool,
+        sink: EventSink | None,
+        time_remaining: float | None,
+        metadata: Sequence[tuple[str, str | bytes]],
+        trace: RunTrace | None,
+    ) -> RunScope:
+        if time_remaining is None:
+            budget = DEFAULT_RUN_TIMEOUT
+        else:
+            # Keep a little of the caller's deadline back to deliver the result in.
+            margin = min(_RESULT_MARGIN, time_remaining * 0.1)
+            budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
+        deadline = time.monotonic() + budget
+        variant, profile = turn.variant, turn.profile
+        # Traced, each tool call carries its own span's context; otherwise the caller's
+        # trace context passes through to the tool servers as it came.
+        passed = (
+            []
+            if trace
+            else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
+        )
+        return RunScope(
+            run_id=turn.run_id,
+            profile=profile,
+            models=variant.models if variant is not None else RunModels(self._model),
+            system_message=variant.system_message
+            if variant is not None
+            else profile.system_message,
+            deadline=deadline,
+            clock=turn.clock,
+            structured=structured,
+            sink=sink,
+            approver=self._approver(turn.session, profile, deadline) if sink else None,
+            metadata=passed,
+            identity=turn.snapshot.tool_identity.for_run(
+                turn.principal, turn.session_id, turn.run_id, turn.session.labels
+            ),
+            trace=trace,
+            on_tool_call=self._audit_tool_calls(turn) if self._audit.enabled else None,
+            tool_versions=turn.snapshot.tool_versions,
+        )
+
+    async def _end(
+        self,
+        turn: ClaimedTurn,
+        scope: RunScope,
+        *,
+        running: Running,
+        result: RunResultWithMessages | None,
+        window: Window | None,
+        trace: RunTrace | None,
+    ) -> None:
+        """Store, price, release, then tell the observers: in this order, whatever
+        happened (a turn cancelled by its caller is stored as cancelled)."""
+        outcome = result.outcome if result is not None else None
+        model = scope.models.answer.name
+        record = Turn(
+            run_id=turn.run_id,
+            input=turn.input,
+            answer=outcome.answer if outcome else "",
+            stop_reason=outcome.stop_reason if outcome else StopReason.CANCELLED,
+            start_time=turn.started,
+            end_time=time.time(),
+            variant=turn.variant.name if turn.variant is not None else "",
+        )
+        if outcome is not None:
+            record.usage = outcome.usage
+            outcome.variant = record.variant
+            outcome.cost = turn.snapshot.prices.run_cost(model, outcome.usage, outcome.stages)
+            self._calibrate(turn.session.session_id, outcome)
+        if result is not None:
+            record.messages = result.messages
+        persisting = turn.clock.now()
+        try:
+            # The turn must be stored even when the run was cancelled.
+            await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
+            if window is not None:
+                turn.snapshot.context.turn_finished(turn.session, turn.profile.name, window)
+        finally:
+            self._admission.leave(turn.session.session_id, running)
+            self._admission.release()
+            self.quotas.release(turn.principal)
+            end = turn.clock.now()
+            if outcome is not None:
+                outcome.add_persistence(persisting, end)
+            self._finished(turn, outcome, record=record, model=model, end=end, trace=trace)
+
+    def _finished(
+        self,
+        turn: ClaimedTurn,
+        outcome: RunOutcome | None,
+        *,
+        record: Turn,
+        model: str,
+        end: float,
+        trace: RunTrace | None,
+    ) -> None:
+        """What only observes a finished turn: the audit record, the variant router,
+        telemetry."""
+        if self._audit.enabled:
+            self._audit.record(
+                "run_finished",
+                turn.principal.name,
+                session_id=turn.session_id,
+                run_id=turn.run_id,
+                stop_reason=record.stop_reason.name,
+                error=outcome.error.code if outcome and outcome.error else None,
+                duration_ms=round(end * 1000, 3),
+                tool_calls=outcome.tool_calls if outcome else 0,
+                prompt_tokens=record.usage.prompt_tokens,
+                completion_tokens=record.usage.completion_tokens,
+            )
+        variant = turn.variant
+        if outcome is not None and variant is not None and variant.name:
+            failed = judged(outcome.stop_reason)
+            if failed is not None:
+                assert turn.router is not None
+                turn.router.record(variant.name, end, failed)
+                self._telemetry.variant_run(turn.profile.name, variant.name, outcome, failed)
+        self._telemetry.run_finished(
+            profile=turn.profile.name,
+            model=model,
+            session_id=turn.session.session_id,
+            run_id=turn.run_id,
+            outcome=outcome,
+            trace=trace,
+            end=end,
+        )
+
+    def _audit_tool_calls(self, turn: ClaimedTurn) -> ToolCallListener:
+        audit, principal, session_id, run_id = (
+            self._audit,
+            turn.principal.name,
+            turn.session_id,
+            turn.run_id,
+        )
+
+        def finished(call: ToolCall, server: str | None, outcome: ToolOutcome) -> None:
+            audit.record(
+                "tool_call",
+                principal,
+                session_id=session_id,
+                run_id=run_id,
+                call_id=call.id,
+                tool=call.name,
+                server=server,
+                **audit.arguments(call.arguments),
+                status=outcome.status.name,
+                duration_ms=round(outcome.duration * 1000, 3),
+                attempts=outcome.attempts,
+            )
+
+        return finished
+
+    def _calibrate(self, session_key: str, outcome: RunOutcome) -> None:
+        """Learn how the provider counts tokens from each model call of the run."""
+        for stage in outcome.stages:
+            detail = stage.detail
+            if isinstance(detail, ModelCallDetail) and detail.request_bytes:
+                self.calibration.observe(
+                    stage.name, session_key, detail.request_bytes, detail.usage.prompt_tokens
+                )
+
+    def _approver(self, session: Session, profile: Profile, deadline: float) -> Approver:
+        approvals = self._approvals
+
+        async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
+            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
+            decision = await approvals.wait(session.session_id, call.id, timeout)
+            return decision.approved, decision.reason
+
+        return approve
+
+
+def _internal_failure(run_id: str, clock: Clock) -> RunResultWithMessages:
+    error_id = uuid.uuid4().hex[:16]
+    log.exception("run %s failed: internal error %s", run_id, error_id)
+    outcome = RunOutcome.failed(
+        StopReason.MODEL_ERROR,
+        "internal",
+        f"internal error {error_id}; the sidecar's log has the details",
+        retryable=False,
+        total=clock.now(),
+    )
+    return RunResultWithMessages(outcome, [])
+
+
+def _stopped(running: Running, clock: Clock) -> RunResultWithMessages:
+    """The outcome of a run the sidecar stopped (the session deleted, the drain over)."""
+    reason = running.stopped
+    assert reason is not None
+    code = "session_deleted" if reason is StopReason.CANCELLED else "interrupted"
+    outcome = RunOutcome.failed(
+        reason,
+        code,
+        running.why,
+        retryable=reason is StopReason.INTERRUPTED,
+        total=clock.now(),
+    )
+    return RunResultWithMessages(outcome, [])

@@ -1,0 +1,63 @@
+"""Whether a tool can be called now: its server serving, its breaker letting calls through.
+
+The model's tool list leaves out the tools of servers that cannot take a call (health
+pruning), and ``ListSessionTools`` says why each tool is or is not available. Both read
+it here, from the connections' health and breakers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
+from sidecar.tools.connection import ToolServerConnection
+from sidecar.types import ToolAvailability
+
+__all__ = ["ToolAccess"]
+
+
+class ToolAccess:
+    """The catalog's tools as a profile may use them now.
+
+    Args:
+        catalog: Every discovered tool.
+        connections: The tool servers' connections, by name.
+    """
+
+    def __init__(
+        self, catalog: ToolCatalog, connections: Mapping[str, ToolServerConnection]
+    ) -> None:
+        self.catalog = catalog
+        self._connections = connections
+
+    def unavailable_servers(self) -> frozenset[str]:
+        """The servers that would not take a call now."""
+        return frozenset(n for n, c in self._connections.items() if not c.available)
+
+    def definitions(self, profile: str, allowed: frozenset[str] | None) -> list[dict[str, Any]]:
+        """The tool list the model sees: allowed, on a server that takes calls now (the same
+        list object while nothing changes, so its bytes stay the same)."""
+        return self.catalog.definitions(profile, allowed, self.unavailable_servers())
+
+    def session_tools(
+        self, allowed: frozenset[str] | None
+    ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
+        """The tools ``allowed`` lets a session use, each with whether it can be called now;
+        a tool whose name another server owns is listed as NAME_TAKEN."""
+        entries: list[tuple[CatalogTool | ListedTool, ToolAvailability]] = []
+        for tool in self.catalog.tools():
+            if allows(allowed, tool):
+                entries.append((tool, self._availability(self._connections[tool.server])))
+        for taken in self.catalog.taken:
+            if allows(allowed, taken):
+                entries.append((taken, ToolAvailability.NAME_TAKEN))
+        return entries
+
+    @staticmethod
+    def _availability(connection: ToolServerConnection) -> ToolAvailability:
+        if not connection.serving:
+            return ToolAvailability.SERVER_UNAVAILABLE
+        if not connection.breaker.allows_calls():
+            return ToolAvailability.BREAKER_OPEN
+        return ToolAvailability.AVAILABLE
