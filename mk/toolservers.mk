@@ -44,7 +44,7 @@ install-java-client: java-tools
 	@touch $(JAVA_M2)/.installed
 
 ## test-toolserver-java: build and test the Java tool-server library against real servers.
-test-toolserver-java: install install-java-client
+test-toolserver-java: install $(GRPCURL_STAMP) install-java-client
 	@mkdir -p $(JTS_DIR)/target; \
 	offline=; if [ $(JAVA_M2)/.toolserver-resolved -nt $(JTS_DIR)/pom.xml ]; then offline=-o; fi; \
 	echo "test-toolserver-java: mvn $$offline verify in $(JTS_DIR) (log: $(JTS_LOG))"; \

@@ -208,6 +208,10 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
             : Status.CANCELLED.withDescription(tool.name + ": the call was cancelled"));
       }
       Throwable cause = e.getCause();
+      if (cause instanceof InterruptedException) {
+        // Interrupted from outside: the server stops, or the call ended meanwhile.
+        throw new StatusFailure(Status.CANCELLED.withDescription(tool.name + " was interrupted: the call ended or the server stopped"));
+      }
       if (cause instanceof ToolFailure failure) {
         result.setError(error(ToolErrorKind.TOOL_ERROR_KIND_EXECUTION_FAILED, failure.getMessage()));
       } else {
