@@ -9,7 +9,7 @@ public final class Customers {
   public record Customer(String customerId, String name, String tier, boolean exampleData) {}
 
   @Tool(name = "lookup_customer", description = "Look up a customer by id: name and loyalty tier (example data).", readOnly = true, idempotent = true)
-  public Customer lookupCustomer(@Arg(description = "The customer's id, e.g. C-1001") String customerId) {
+  public Customer lookupCustomer(@Arg(name = "customer_id", description = "e.g. C-1001") String customerId) {
     String tier = switch (Math.floorMod(customerId.hashCode(), 3)) { case 0 -> "gold"; case 1 -> "silver"; default -> "bronze"; };
     return new Customer(customerId, "Customer " + customerId, tier, true);
   }
