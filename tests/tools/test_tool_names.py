@@ -99,7 +99,9 @@ async def test_a_schema_that_refers_to_a_url_is_never_fetched_and_its_tool_left_
                 async with AgentClient(side.address) as client:
                     await client.wait_ready(10)  # not held up by a fetch
                     session = await client.create_session()
-                    listed = [t.tool.name for t in await client.list_session_tools(session.session_id)]
+                    listed = [
+                        t.tool.name for t in await client.list_session_tools(session.session_id)
+                    ]
         assert listed == ["plain"]
         assert recorder.requests == 0
 
@@ -123,7 +125,9 @@ async def test_a_format_string_as_a_key_template_disables_only_its_tool(tmp_path
             async with AgentClient(side.address) as client:
                 await client.wait_ready(10)
                 session = await client.create_session()
-                listed = sorted(t.tool.name for t in await client.list_session_tools(session.session_id))
+                listed = sorted(
+                    t.tool.name for t in await client.list_session_tools(session.session_id)
+                )
                 result = (await client.run(session.session_id, "use ok with order 1")).result
             rss = side.current_rss_mib()
     assert listed == ["attr", "ok"]  # a path of names is looked up as keys: harmless
