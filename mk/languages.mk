@@ -27,4 +27,4 @@ languages-builds: install build-typescript build-toolserver-typescript install-j
 ## test-languages: one sidecar with tool servers in four languages, and every documented
 ## install path from an empty directory (tests/languages).
 test-languages: languages-builds
-	$(PY) -m pytest -q tests/languages
+	AGENT_SIDECAR_M2=$(JAVA_M2) AGENT_SIDECAR_NPM_CACHE=$(TS_NPM_CACHE) $(PY) -m pytest -q tests/languages

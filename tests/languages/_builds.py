@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,8 +15,9 @@ TS_CLIENT = ROOT / "clients" / "typescript"
 TS_TAX_EXAMPLE = TS_TOOLSERVER / "build" / "examples" / "tax.js"
 JAVA_TOOLSERVER = ROOT / "toolservers" / "java"
 JAVA_CLASSPATH = JAVA_TOOLSERVER / "target" / "classpath.txt"
-M2 = TOOLS / "m2"
-NPM_CACHE = TOOLS / "npm-cache"
+# The Maven repository and the npm cache the make targets use (make passes its own).
+M2 = Path(os.environ.get("AGENT_SIDECAR_M2", TOOLS / "m2"))
+NPM_CACHE = Path(os.environ.get("AGENT_SIDECAR_NPM_CACHE", TOOLS / "npm-cache"))
 
 
 def program(name: str) -> str:
