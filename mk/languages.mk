@@ -17,7 +17,8 @@ languages-builds: install build-typescript build-toolserver-typescript install-j
 	rm -f $(TS_PACKS)/*.tgz
 	cd $(TS_DIR) && npm pack --ignore-scripts --silent --pack-destination $(CURDIR)/$(TS_PACKS) >/dev/null
 	cd $(TSS_DIR) && npm pack --ignore-scripts --silent --pack-destination $(CURDIR)/$(TS_PACKS) >/dev/null
-	@offline=; if [ $(JAVA_M2)/.toolserver-resolved -nt $(JTS_DIR)/pom.xml ]; then offline=-o; fi; \
+	@mkdir -p $(JTS_DIR)/target; \
+	offline=; if [ $(JAVA_M2)/.toolserver-resolved -nt $(JTS_DIR)/pom.xml ]; then offline=-o; fi; \
 	$(JTS_MVN) $$offline -q -f $(JTS_DIR)/pom.xml -DskipTests install \
 		dependency:build-classpath -Dmdep.outputFile=target/classpath.txt >$(JTS_DIR)/target/install.log 2>&1 \
 		|| $(JTS_MVN) -q -f $(JTS_DIR)/pom.xml -DskipTests install \
