@@ -107,7 +107,7 @@ async def test_calls_cut_off_by_the_budget_do_not_count_against_the_breaker(
         )
     session = await client.create_session("tools_stop")
     availability = {
-        t.tool.name: t.availability for t in await client.list_tools(session.session_id)
+        t.tool.name: t.availability for t in await client.list_session_tools(session.session_id)
     }
     assert availability["slow_read"] == agent_pb2.TOOL_AVAILABILITY_AVAILABLE
 

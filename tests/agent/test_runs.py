@@ -388,7 +388,7 @@ async def _status_code(call: Any) -> grpc.StatusCode:
 
 async def test_session_tools_lists_what_the_profile_allows(client: AgentClient) -> None:
     session = await client.create_session("restricted")
-    tools = await client.list_tools(session.session_id)
+    tools = await client.list_session_tools(session.session_id)
     assert [t.tool.name for t in tools] == ["slow_read"]
     assert tools[0].server == "scripted"
     assert tools[0].availability == agent_pb2.TOOL_AVAILABILITY_AVAILABLE

@@ -36,7 +36,7 @@ def _status(finished: agent_pb2.ToolCallFinished) -> str:
 
 
 async def _availability(client: AgentClient, session_id: str, tool: str) -> int:
-    tools = await client.list_tools(session_id)
+    tools = await client.list_session_tools(session_id)
     return next(t.availability for t in tools if t.tool.name == tool)
 
 

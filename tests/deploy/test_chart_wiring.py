@@ -316,7 +316,7 @@ async def test_the_rendered_pods_serve_runs_with_the_charts_tool_servers(
 ) -> None:
     async with AgentClient(running.sidecar.address) as client:
         session = await client.create_session("default")
-        tools = {t.tool.name for t in await client.list_tools(session.session_id)}
+        tools = {t.tool.name for t in await client.list_session_tools(session.session_id)}
         assert {"get_order_status", "track_parcel"} <= tools
         result = (await client.run(session.session_id, FOUNDING, timeout=30)).result
     assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result

@@ -209,7 +209,7 @@ async def test_a_session_exists_only_for_the_principal_that_created_it(
         for attempt in (
             bob.get_session("user-1"),
             bob.run("user-1", "hello", timeout=20),
-            bob.list_tools("user-1"),
+            bob.list_session_tools("user-1"),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as hidden:
                 await attempt

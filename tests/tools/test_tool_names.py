@@ -47,7 +47,7 @@ async def test_a_server_listing_anothers_tool_names_serves_none_of_them(tmp_path
             async with AgentClient(side.address) as client:
                 await client.wait_ready(20)
                 session = await client.create_session()
-                tools = await client.list_tools(session.session_id)
+                tools = await client.list_session_tools(session.session_id)
                 result = (await client.run(session.session_id, "use get_x")).result
 
     listed = {(t.server, t.tool.name): t.availability for t in tools}
@@ -100,7 +100,9 @@ async def test_a_schema_that_refers_to_a_url_is_never_fetched_and_its_tool_left_
                 async with AgentClient(side.address) as client:
                     await client.wait_ready(10)  # not held up by a fetch
                     session = await client.create_session()
-                    listed = [t.tool.name for t in await client.list_tools(session.session_id)]
+                    listed = [
+                        t.tool.name for t in await client.list_session_tools(session.session_id)
+                    ]
         assert listed == ["plain"]
         assert recorder.requests == 0
 
@@ -124,7 +126,9 @@ async def test_a_format_string_as_a_key_template_disables_only_its_tool(tmp_path
             async with AgentClient(side.address) as client:
                 await client.wait_ready(10)
                 session = await client.create_session()
-                listed = sorted(t.tool.name for t in await client.list_tools(session.session_id))
+                listed = sorted(
+                    t.tool.name for t in await client.list_session_tools(session.session_id)
+                )
                 result = (await client.run(session.session_id, "use ok with order 1")).result
             rss = side.current_rss_mib()
     assert listed == ["attr", "ok"]  # a path of names is looked up as keys: harmless
@@ -155,7 +159,7 @@ async def test_a_result_over_the_limit_is_the_calls_error_not_the_servers(tmp_pa
                     text = f"call big_read with tag=t{i} size=200000"
                     events = [e async for e in client.stream(session.session_id, text)]
                     results.append(finished_calls(events)["big_read"])
-                tools_now = await client.list_tools(session.session_id)
+                tools_now = await client.list_session_tools(session.session_id)
             stats = await tool_stats(tools.address)
     assert all(r.status == agent_pb2.TOOL_CALL_STATUS_ERROR for r in results)
     assert all("larger than the sidecar accepts" in r.content and r.attempts == 1 for r in results)

@@ -51,7 +51,7 @@ async def test_a_version_takes_its_weight_of_the_calls_and_a_reload_moves_it(
             async with AgentClient(side.address) as client:
                 session = await client.create_session()
                 # The version adds no tools of its own: one slow_read, from "scripted".
-                listed = [t for t in await client.list_tools(session.session_id)]
+                listed = [t for t in await client.list_session_tools(session.session_id)]
                 assert [t.server for t in listed if t.tool.name == "slow_read"] == ["scripted"]
                 for _ in range(25):
                     await client.run(session.session_id, "two reads", timeout=20)

@@ -75,7 +75,7 @@ def stack(currency_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 async def test_one_step_calls_a_go_tool_and_a_python_tool(stack: str) -> None:
     async with AgentClient(stack) as client:
         session = await client.create_session()
-        tools = {t.tool.name: t for t in await client.list_tools(session.session_id)}
+        tools = {t.tool.name: t for t in await client.list_session_tools(session.session_id)}
         events = [e async for e in client.stream(session.session_id, QUESTION)]
 
     currency = tools["convert_currency"]

@@ -51,7 +51,7 @@ def tool_calls(result: agent_pb2.RunResult) -> dict[str, int]:
 async def founding_run(address: str) -> agent_pb2.RunResult:
     async with AgentClient(address) as client:
         session = await client.create_session("default")
-        tools = {t.tool.name for t in await client.list_tools(session.session_id)}
+        tools = {t.tool.name for t in await client.list_session_tools(session.session_id)}
         assert {"get_order_status", "track_parcel"} <= tools
         return (await client.run(session.session_id, FOUNDING, timeout=30)).result
 

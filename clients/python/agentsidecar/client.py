@@ -10,6 +10,14 @@ Example::
         result = await client.run(session.session_id, "And the parcel?")
         print(result.result.answer)
 
+Approvals answered by a callback while the run streams::
+
+    async def decide(call: agent_pb2.ApprovalRequired) -> Decision:
+        return Decision.deny("refunds need a ticket") if call.destructive else Decision.approve()
+
+    async for event in client.stream(session_id, "Refund order 20250101", on_approval=decide):
+        ...
+
 A sidecar with TLS and callers' tokens (docs/security.md)::
 
     AgentClient("sidecar.example:50051", tls=True, ca_file="ca.pem", token=os.environ["TOKEN"])
@@ -18,17 +26,50 @@ A sidecar with TLS and callers' tokens (docs/security.md)::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping, Sequence
+import inspect
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentsidecar.addresses import is_local_target
+from agentsidecar.errors import error_details
 from agentsidecar.tls import channel_credentials
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 
-__all__ = ["AgentClient"]
+__all__ = ["AgentClient", "ApprovalHandler", "Decision"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An answer to an ``approval_required`` event: approve the call, or deny it with a reason.
+
+    Attributes:
+        approved: True runs the call; False denies it.
+        reason: Why it was denied, shown to the model. Ignored for an approval.
+    """
+
+    approved: bool
+    reason: str = ""
+
+    @classmethod
+    def approve(cls) -> Decision:
+        """Run the call."""
+        return cls(True)
+
+    @classmethod
+    def deny(cls, reason: str = "") -> Decision:
+        """Do not run the call; the model is told ``reason``."""
+        return cls(False, reason)
+
+
+ApprovalHandler = Callable[
+    [agent_pb2.ApprovalRequired], "Awaitable[Decision | bool] | Decision | bool"
+]
+"""Decides an ``approval_required`` event: returns (or, when async, resolves to) a
+:class:`Decision`, or a bool (True approves, False denies without a reason)."""
 
 
 class AgentClient:
@@ -162,6 +203,7 @@ class AgentClient:
         structured: bool = False,
         timeout: float | None = None,
         metadata: Sequence[tuple[str, str]] = (),
+        on_approval: ApprovalHandler | None = None,
     ) -> AsyncGenerator[agent_pb2.StreamRunResponse, None]:
         """Run a turn and yield its events; the last one carries ``run_finished``.
 
@@ -170,6 +212,18 @@ class AgentClient:
         closes when it is garbage-collected). ``metadata`` is sent with the call: a W3C
         ``traceparent`` (and ``tracestate``, ``baggage``) there makes the run part of the
         caller's trace.
+
+        With ``on_approval``, each ``approval_required`` event is handed to it when it
+        arrives (it may take its time: ask a person); its decision is sent with
+        ``ApproveToolCall``, then the event is yielded. A call that no longer waits
+        (``CALL_NOT_PENDING``: it timed out meanwhile) does not end the stream; its own
+        events say how it ended. Without ``on_approval``, decide with :meth:`approve` or
+        :meth:`deny` while iterating.
+
+        Raises:
+            grpc.aio.AioRpcError: the call failed; branch on
+                ``agentsidecar.errors.error_details(exc).reason``.
+            Exception: whatever ``on_approval`` raised; the run is cancelled first.
         """
         mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
         call = self.stub.StreamRun(
@@ -179,9 +233,40 @@ class AgentClient:
         )
         try:
             async for event in call:
+                if on_approval is not None and event.HasField("approval_required"):
+                    await self._decide(session_id, event.approval_required, on_approval)
                 yield event
         finally:
             call.cancel()
+
+    async def _decide(
+        self,
+        session_id: str,
+        request: agent_pb2.ApprovalRequired,
+        handler: ApprovalHandler,
+    ) -> None:
+        answer = handler(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if isinstance(answer, bool):
+            answer = Decision(answer)
+        if not isinstance(answer, Decision):
+            raise TypeError(
+                f"on_approval returned {answer!r}; return Decision.approve(), "
+                "Decision.deny(reason) or a bool"
+            )
+        try:
+            await self.approve(
+                session_id,
+                request.call_id,
+                approved=answer.approved,
+                reason=answer.reason,
+            )
+        except grpc.aio.AioRpcError as exc:
+            # The call stopped waiting meanwhile (its approval timed out): its own events
+            # on this stream say how it ended.
+            if error_details(exc).reason != "CALL_NOT_PENDING":
+                raise
 
     async def run(
         self,
@@ -219,12 +304,24 @@ class AgentClient:
             metadata=self._auth or None,
         )
 
-    async def list_tools(
+    async def deny(
+        self, session_id: str, call_id: str, reason: str = "", *, timeout: float | None = 10.0
+    ) -> None:
+        """Deny a tool call announced by an ``approval_required`` event; the model reads
+        ``reason``. The same as ``approve(..., approved=False, reason=reason)``."""
+        await self.approve(session_id, call_id, approved=False, reason=reason, timeout=timeout)
+
+    async def list_session_tools(
         self, session_id: str, *, timeout: float | None = 10.0
     ) -> list[agent_pb2.SessionTool]:
+        """The tools a session's profile offers, each with its server and availability
+        (``ListSessionTools``)."""
         response = await self.stub.ListSessionTools(
             agent_pb2.ListSessionToolsRequest(session_id=session_id),
             timeout=timeout,
             metadata=self._auth or None,
         )
         return list(response.tools)
+
+    list_tools = list_session_tools
+    """The name ``list_session_tools`` had first; kept for code written against it."""
