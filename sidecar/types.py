@@ -391,13 +391,3 @@ class Session:
     def messages(self) -> list[dict[str, Any]]:
         """The whole conversation as model messages (no system prompt), oldest first."""
         return [m for t in self.turns for m in t.messages]
-
-
-CHARS_PER_TOKEN = 4
-"""Token estimates count about 4 characters (or UTF-8 bytes) per token: a stated
-heuristic, not a tokenizer (see ``sidecar.context.tokens``)."""
-
-
-def tokens_of_size(chars: int) -> int:
-    """Estimated tokens of ``chars`` characters (or UTF-8 bytes) of text."""
-    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN

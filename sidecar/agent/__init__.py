@@ -1,1 +1,21 @@
-"""agent"""
+"""The agent, transport-free: a :class:`Runtime` that builds everything a turn needs from a
+configuration and owns reload, and the :class:`Agent` every front calls (sessions, turns,
+approvals, the drain). Nothing here speaks gRPC or imports generated code.
+"""
+
+from sidecar.agent.agent import DEFAULT_RUN_TIMEOUT, Agent, ClaimedTurn, SessionPage
+from sidecar.agent.approvals import Decision
+from sidecar.agent.runtime import Runtime
+from sidecar.agent.scope import RunScope
+from sidecar.agent.snapshot import Snapshot
+
+__all__ = [
+    "DEFAULT_RUN_TIMEOUT",
+    "Agent",
+    "ClaimedTurn",
+    "Decision",
+    "RunScope",
+    "Runtime",
+    "SessionPage",
+    "Snapshot",
+]

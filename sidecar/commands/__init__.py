@@ -1,1 +1,8 @@
-"""commands"""
+"""The command line, ``agent-sidecar``: serve, check a configuration, run the LLM simulator
+or the demo, print a latency bill, publish the identity key. Configuration is read here,
+once, and passed down; nothing below reads the environment.
+"""
+
+from sidecar.commands.cli import main
+
+__all__ = ["main"]

@@ -8,10 +8,10 @@ from typing import Any
 
 from sidecar.config import ProfileConfig
 from sidecar.context.memory import MemoryKeeper
-from sidecar.context.tokens import tokens_of
 from sidecar.context.window import Window, WindowPolicy
 from sidecar.llm.model import Model
-from sidecar.types import Session, tokens_of_size
+from sidecar.tokens import tokens_of, tokens_of_size
+from sidecar.types import Session
 
 
 class ContextAssembler:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from sidecar.types import tokens_of_size
+from sidecar.tokens import tokens_of_size
 
 __all__ = ["TokenCalibration"]
 

@@ -6,7 +6,7 @@ turns, byte for byte, so the provider's prompt cache keeps hitting; everything t
 does happens after them.
 
 Under the profile's token budget (an estimate: about 4 characters per token, see
-:mod:`sidecar.context.tokens`), in this order:
+:mod:`sidecar.tokens`), in this order:
 
 1. Everything fits: every turn is sent whole.
 2. Otherwise the tool results of older turns (all but the ``keep_recent_turns`` most
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.config import ContextConfig
-from sidecar.context.tokens import tokens_of, tokens_of_messages
 from sidecar.context.trim import cap
-from sidecar.types import Turn, tokens_of_size
+from sidecar.tokens import tokens_of, tokens_of_messages, tokens_of_size
+from sidecar.types import Turn
 
 MEMORY_PREFIX = "Memory of the earlier conversation (a summary; those turns are not shown):\n"
 

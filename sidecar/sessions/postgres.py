@@ -32,9 +32,9 @@ from typing import Any
 import asyncpg
 
 from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
+from sidecar.periodic import Periodic
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
 from sidecar.sessions.store import interrupted_turn
-from sidecar.sessions.upkeep import Periodic
 from sidecar.types import Session, Turn
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from sidecar.types import StopReason, Turn, Usage, tokens_of_size
+from sidecar.tokens import tokens_of_size
+from sidecar.types import StopReason, Turn, Usage
 
 
 def encode_turn(turn: Turn) -> bytes:

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
+from sidecar.periodic import Periodic
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
 from sidecar.sessions.store import interrupted_turn
-from sidecar.sessions.upkeep import Periodic
 from sidecar.types import Session, Turn
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ import hashlib
 
 import asyncpg
 
-from sidecar.sessions.upkeep import Periodic
+from sidecar.periodic import Periodic
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_tool_results (

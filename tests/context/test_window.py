@@ -7,9 +7,9 @@ import itertools
 import orjson
 
 from sidecar.config import ContextConfig
-from sidecar.context.tokens import tokens_of
 from sidecar.context.trim import ResultTrimmer, cap, field_tree, project
 from sidecar.context.window import MEMORY_PREFIX, WindowPolicy
+from sidecar.tokens import tokens_of
 from sidecar.types import StopReason, Turn
 
 RESULT_CHARS = 3_000

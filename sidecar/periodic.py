@@ -1,4 +1,5 @@
-"""Periodic background work of a store (lease renewal, expiry sweeps), owned and stopped."""
+"""Periodic background work, owned and stopped: a store's lease renewals and expiry sweeps,
+the shared result cache's sweeps."""
 
 from __future__ import annotations
 
