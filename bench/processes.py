@@ -58,12 +58,18 @@ def simulator(*flags: str) -> ServerProcess:
 
 
 def shop(
-    tool_ms: dict[str, float], *flags: str, env: dict[str, str] | None = None
+    tool_ms: dict[str, float],
+    *flags: str,
+    env: dict[str, str] | None = None,
+    source: Path | None = None,
 ) -> ServerProcess:
     """The example shop tool server, with simulated handler latency per tool; ``flags``
-    and ``env`` add to its command line and environment (TLS, a token)."""
+    and ``env`` add to its command line and environment (TLS, a token); ``source`` runs
+    another source tree's."""
     latency = [f for name, ms in tool_ms.items() if ms for f in ("--latency", f"{name}={ms:g}")]
-    return start("-m", "toolservers.examples.shop", "--port", "0", *latency, *flags, env=env)
+    return start(
+        "-m", "toolservers.examples.shop", "--port", "0", *latency, *flags, env=env, source=source
+    )
 
 
 def tool_server(name: str, latency_ms: float, *flags: str) -> ServerProcess:
@@ -93,11 +99,13 @@ def sidecar(
     tool_server: dict[str, Any] | None = None,
     auth: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
+    source: Path | None = None,
 ) -> ServerProcess:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
     gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
     ``env`` adds to its environment; ``server``, ``auth``, ``model`` and ``tool_server``
-    (merged into every tool server's entry) add configuration."""
+    (merged into every tool server's entry) add configuration; ``source`` runs another
+    source tree's sidecar (an older commit's, for a before and after)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -124,7 +132,9 @@ def sidecar(
         if profiles is not None:
             config["profiles"] = profiles
         yaml.safe_dump(config, config_file)
-    return start("-m", "sidecar", "serve", "--config", config_file.name, env=env)
+    return start(
+        "-m", _sidecar_module(source), "serve", "--config", config_file.name, env=env, source=source
+    )
 
 
 @contextlib.contextmanager
