@@ -94,3 +94,34 @@ def test_an_endpoint_without_its_key_stops_the_sidecar_at_start(tmp_path: Path) 
     assert done.returncode == 2
     assert "NO_SUCH_KEY is unset or empty" in done.stderr and "model.keyless" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_fills_variables_in_its_file_from_its_environment(tmp_path: Path) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(
+        "server: {port: 0, unix_socket: '${SOCKET_DIR}/sidecar.sock'}\n"
+        "model: {base_url: 'http://${MODEL_HOST:-127.0.0.1:9}/v1', keyless: true}\n"
+        "sessions: {store: memory}\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("SOCKET_DIR", "MODEL_HOST")}
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "server.unix_socket: the environment variable SOCKET_DIR is not set" in done.stderr
+    assert "Traceback" not in done.stderr
+    side = testing.start_process(
+        ["-m", "sidecar", "serve", "--config", str(config)],
+        cwd=tmp_path,
+        env={"SOCKET_DIR": str(tmp_path)},
+    )
+    try:
+        assert side.announced("socket on ") == f"unix:{tmp_path}/sidecar.sock"
+    finally:
+        assert side.stop() == 0
