@@ -846,6 +846,7 @@ def test_tool_servers_take_probes_volumes_environment_and_resources() -> None:
         "toolServerDefaults.podAnnotations.prometheus\\.io/scrape": "enabled",
         "toolServerDefaults.priorityClassName": "tools",
         "toolServers[0].envFrom[0].configMapRef.name": "orders",
+        "toolServers[0].podLabels.tier": "backend",
     }
     docs = render([MODEL_CA], sets)
     workload = one(docs, "Deployment", f"{RELEASE}-tool-orders")
@@ -863,6 +864,9 @@ def test_tool_servers_take_probes_volumes_environment_and_resources() -> None:
     assert [v["name"] for v in pod_spec(workload)["volumes"]] == ["tmp", "ca", "orders-db"]
     annotations = workload["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"owner": "platform", "prometheus.io/scrape": "false"}
+    labels = labels_of_pods(workload)
+    assert (labels["team"], labels["tier"]) == ("support", "backend")
+    assert selects(workload["spec"]["selector"]["matchLabels"], labels)
     assert pod_spec(workload)["priorityClassName"] == "agents-normal"  # the entry's own
     tools = render([TOOLS], {"toolServerDefaults.priorityClassName": "tools"})
     assert {
