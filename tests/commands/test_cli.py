@@ -38,7 +38,9 @@ def test_serve_takes_its_log_level_and_format_after_the_command(tmp_path: Path) 
         side = testing.sidecar(
             config, tmp_path, flags=["--log-level", "info", "--log-format", "json"], stderr=stderr
         )
-        side.stop()
+        # Serving means past "listening on" to where SIGTERM drains (and logs it).
+        testing.wait_serving(side.address, timeout=30)
+        assert side.stop() == 0
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     assert any(line["level"] == "INFO" for line in lines)
@@ -123,5 +125,6 @@ def test_serve_fills_variables_in_its_file_from_its_environment(tmp_path: Path) 
     )
     try:
         assert side.announced("socket on ") == f"unix:{tmp_path}/sidecar.sock"
+        testing.wait_serving(side.address, timeout=30)  # SIGTERM now drains
     finally:
         assert side.stop() == 0
