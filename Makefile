@@ -20,20 +20,34 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity latency-bill postgres clients clients-test
+	bench-telemetry bench-context bench-identity latency-bill postgres clients clients-test prereqs prereqs-demo
+
+## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
+## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
+## to install. The last three make installs itself when it runs as root on Debian.
+prereqs:
+	@sh mk/prereqs.sh test
+
+prereqs-demo:
+	@sh mk/prereqs.sh demo
 
 install: $(VENV)/.installed
+
+# setuptools reports every editable install with a framed "Editable installation" notice
+# (about folders named like a package), which reads like an error and is none: hidden.
+# Every other warning, and every error, still shows.
+EDITABLE_PIP := PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(EDITABLE_PIP) '.[dev]'
 	touch $@
 
 install-bench: $(VENV)/.bench-installed
 
 $(VENV)/.bench-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
 ## bench: the benchmark against the peers; writes docs/benchmarks.md (several minutes).
@@ -69,7 +83,7 @@ $(BUF):
 	cd .tools && npm install --silent --no-audit --no-fund --prefix . @bufbuild/buf@$(BUF_VERSION)
 
 ## demo: start the example tool servers and run the agent demo end to end.
-demo: install
+demo: prereqs-demo install
 	$(PY) -m sidecar demo
 
 ## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
@@ -122,8 +136,9 @@ fuzz: install postgres
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -m property --timeout 3600 \
 		--hypothesis-show-statistics
 
-## test: every check: generated code, lint, types, the test suite, the clients.
-test: proto-check lint pytest clients-test
+## test: every check: generated code, lint, types, the test suite, the clients; first, the
+## machine's prerequisites.
+test: prereqs proto-check lint pytest clients-test
 
 clean:
 	rm -rf $(VENV) .tools .gen-check .pytest_cache .mypy_cache .ruff_cache

@@ -333,7 +333,7 @@ def _summary(results: Sequence[tuple[str, str]]) -> str:
         return TEXT_PREFIX + "The requested tools were called; no results came back."
     noun = "result" if len(results) == 1 else "results"
     lines = [f"{TEXT_PREFIX}{len(results)} tool {noun}:"]
-    lines.extend(f"- {name}: {_snippet(content)}" for name, content in results)
+    lines.extend(f"- {name}: {_result_snippet(content)}" for name, content in results)
     return "\n".join(lines)
 
 
@@ -346,6 +346,40 @@ def _echo(user_text: str) -> str:
 def _snippet(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _SNIPPET else text[: _SNIPPET - 1] + "…"
+
+
+def _result_snippet(content: str) -> str:
+    """A tool result quoted back: a JSON object or array is never cut inside a value.
+
+    Its members are kept whole, in order, as many as fit in about ``_SNIPPET`` characters
+    (a member too long for the room left is skipped, the ones after it may still fit),
+    and the keys left out are named (or, for an array, counted). Other text is cut.
+    """
+    try:
+        value = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return _snippet(content)
+    whole = orjson.dumps(value).decode()
+    if len(whole) <= _SNIPPET:
+        return whole
+    if isinstance(value, str):
+        return _snippet(value)  # text in a JSON string: cut as text, not as JSON
+    if isinstance(value, dict):
+        kept: dict[str, Any] = {}
+        for key, member in value.items():
+            if len(orjson.dumps({**kept, key: member})) <= _SNIPPET:
+                kept[key] = member
+        left = [key for key in value if key not in kept]
+        named = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        return f"{orjson.dumps(kept).decode()} (left out: {named})"
+    if not isinstance(value, list):
+        return _snippet(whole)  # a number of 200 digits
+    items: list[Any] = []
+    for item in value:
+        if len(orjson.dumps([*items, item])) > _SNIPPET:
+            break
+        items.append(item)
+    return f"{orjson.dumps(items).decode()} (and {len(value) - len(items)} more)"
 
 
 def _truncate(arguments: str) -> str:

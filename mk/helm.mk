@@ -10,15 +10,20 @@
 #
 # gen-helm / check-helm regenerate / check the generated part of values.schema.json (the
 #            sidecar's config schema, from sidecar/config.py).
+# helm-docs / check-helm-docs regenerate / check the chart's README.md: its values table
+#            comes from the `# --` comments of values.yaml (helm-docs, from the Go module
+#            proxy into .tools/), the rest from README.md.gotmpl.
 #
 # Binaries are cached under .tools/ by version: only a cold machine builds them (measured on
 # 2 idle cores: helm 1:54, kube-apiserver + kubectl 4:30, about 9:30 when other builds load
-# the machine); a version bump rebuilds. A warm test-helm takes about 40 s.
+# the machine); a version bump rebuilds. A warm test-helm takes about 40 s. helm-docs
+# takes about 20 s cold (its modules downloaded and built).
 GO ?= go
 HELM_VERSION := v3.22.0
 KUBE_VERSION := v1.37.2
 KUBE_VALIDATE_VERSION := 1.37.0
 HADOLINT_VERSION := 2.15.1
+HELM_DOCS_VERSION := v1.14.2
 
 HELM_DIR := .tools/helm/$(HELM_VERSION)
 HELM := $(HELM_DIR)/helm
@@ -30,13 +35,15 @@ KUBE_VALIDATE := $(KUBE_VALIDATE_VENV)/bin/kubernetes-validate
 HADOLINT_VENV := .tools/hadolint/$(HADOLINT_VERSION)
 HADOLINT := $(HADOLINT_VENV)/bin/hadolint
 HELM_K8S_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+HELM_DOCS := .tools/helm-docs/$(HELM_DOCS_VERSION)/helm-docs
+CHART_DIR := helm/agent-sidecar
 
-CLIENT_GEN += gen-helm
-CLIENT_CHECK += check-helm
+CLIENT_GEN += gen-helm helm-docs
+CLIENT_CHECK += check-helm check-helm-docs
 CLIENT_TEST += test-helm
 
 .PHONY: test-helm lint-helm gen-helm check-helm helm-tools helm-tools-env helm-path etcd \
-	image-constraints
+	image-constraints helm-docs check-helm-docs
 
 # helm's own Makefile sets these; `go install` alone reports "v3.22" and renders for
 # Kubernetes v1.20 by default.
@@ -98,6 +105,25 @@ test-helm: install helm-tools
 ## lint-helm: hadolint over deploy/Dockerfile.
 lint-helm: $(HADOLINT)
 	$(HADOLINT) deploy/Dockerfile
+
+$(HELM_DOCS):
+	mkdir -p $(dir $(HELM_DOCS))
+	GOBIN="$(CURDIR)/$(dir $(HELM_DOCS))" CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' \
+		github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION)
+
+# helm-docs, as both targets run it: values in the file's order, from README.md.gotmpl.
+HELM_DOCS_RUN = $(HELM_DOCS) --log-level warning --chart-search-root $(CHART_DIR) \
+	--sort-values-order file --template-files README.md.gotmpl
+
+## helm-docs: regenerate the chart's README.md (its values table from values.yaml).
+helm-docs: $(HELM_DOCS)
+	$(HELM_DOCS_RUN)
+
+## check-helm-docs: fail when the chart's README.md differs from what helm-docs renders.
+check-helm-docs: $(HELM_DOCS)
+	@$(HELM_DOCS_RUN) --dry-run | diff -u $(CHART_DIR)/README.md - \
+		|| { echo "$(CHART_DIR)/README.md is stale against values.yaml or README.md.gotmpl:" \
+			"run 'make helm-docs' and commit"; exit 1; }
 
 ## gen-helm: regenerate the generated part of the chart's values.schema.json.
 gen-helm: install

@@ -808,11 +808,80 @@ def parse_config(data: Mapping[str, Any] | None, *, source: str = "config") -> S
         raise ConfigError(f"{source} is invalid:\n" + "\n".join(problems)) from None
 
 
-def load_config(path: str | Path) -> SidecarConfig:
-    """Read and validate a YAML configuration file.
+_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
+"""``$${`` (a literal ``${``), ``${BODY}``, or an unterminated ``${``."""
+_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+"""A reference's body: ``NAME`` or ``NAME:-DEFAULT``."""
+_REDACT_FROM = 4
+"""Substituted values this long or longer are replaced by their reference in error
+messages: a variable may hold a secret; shorter values tell nothing and would garble them."""
+
+
+def expand_variables(
+    data: Any, environ: Mapping[str, str], *, source: str = "config"
+) -> tuple[Any, dict[str, str]]:
+    """``data`` (a parsed document) with ``${NAME}`` in its string values replaced.
+
+    ``${NAME}`` is the variable's value; ``${NAME:-DEFAULT}`` is DEFAULT when the variable
+    is unset or empty; ``$${`` is a literal ``${``. Keys are never expanded, and a value is
+    never parsed again: a variable can fill a string, not add keys or change a type
+    (pydantic then converts ``"8080"`` for an integer key as it would from the file).
+
+    Returns:
+        The expanded document, and each variable used with the value it gave.
 
     Raises:
-        ConfigError: the file cannot be read, is not YAML, or is invalid.
+        ConfigError: a variable is not set and has no default, or a ``${`` is no reference;
+            the message names the key and the variable, never a value.
+    """
+    used: dict[str, str] = {}
+
+    def expand(node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            return {k: expand(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [expand(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if isinstance(node, str) and "${" in node:
+            return _REFERENCE.sub(lambda m: substitute(m, where or "(root)"), node)
+        return node
+
+    def substitute(match: re.Match[str], where: str) -> str:
+        if match[0] == "$${":
+            return "${"
+        body = _BODY.fullmatch(match[1] or "") if match[1] is not None else None
+        if body is None:
+            raise ConfigError(
+                f"{source}: {where}: {match[0][:40]!r} is no variable reference: write "
+                "${NAME} or ${NAME:-DEFAULT} (NAME: letters, digits and _), or $${ for a "
+                "literal ${"
+            )
+        name, default = body[1], body[2]
+        value = environ.get(name)
+        if not value and default is not None:
+            return default
+        if value is None:
+            raise ConfigError(
+                f"{source}: {where}: the environment variable {name} is not set "
+                f"(set it, or give a default: ${{{name}:-DEFAULT}})"
+            )
+        used[name] = value
+        return value
+
+    return expand(data, ""), used
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Read and validate a YAML configuration file.
+
+    Args:
+        path: The file.
+        environ: The variables ``${NAME}`` in the file's strings are replaced with
+            (:func:`expand_variables`); None: none are set, so a reference without a
+            default is an error.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, names a variable that is not
+            set, or is invalid.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -824,7 +893,16 @@ def load_config(path: str | Path) -> SidecarConfig:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
-    return parse_config(data, source=str(path))
+    data, used = expand_variables(data, environ or {}, source=str(path))
+    try:
+        return parse_config(data, source=str(path))
+    except ConfigError as exc:
+        message = str(exc)
+        # Longest first, so a value that contains another is replaced whole.
+        for name, value in sorted(used.items(), key=lambda item: -len(item[1])):
+            if len(value) >= _REDACT_FROM:
+                message = message.replace(value, f"${{{name}}}")
+        raise ConfigError(message) from None
 
 
 def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | None:

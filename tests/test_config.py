@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from sidecar.config import (
     SessionsConfig,
     TelemetryConfig,
     ToolServerConfig,
+    load_config,
     parse_config,
 )
 from sidecar.errors import ConfigError
@@ -159,3 +161,83 @@ def test_a_deeply_nested_answer_schema_is_refused_not_a_crash() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config({"profiles": {"deep": {"answer_schema": schema}}})
     assert "profiles.deep.answer_schema" in str(info.value)
+
+
+# -- ${VAR} in the file ----------------------------------------------------------------------
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_variables_in_string_values_are_replaced_from_the_environment(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "model:\n"
+        "  base_url: https://${MODEL_HOST}/openai/v1\n"
+        "  model: ${MODEL_NAME:-llama-3.3-70b-versatile}\n"
+        "  timeout: ${MODEL_TIMEOUT}\n"
+        "profiles:\n"
+        "  default:\n"
+        "    system_prompt: 'Prices are in $${CURRENCY}; you help ${TEAM:-everyone}.'\n",
+    )
+    environ = {"MODEL_HOST": "llm.internal:8443", "MODEL_TIMEOUT": "12.5", "TEAM": ""}
+    config = load_config(path, environ)
+    assert config.model.base_url == "https://llm.internal:8443/openai/v1"
+    assert config.model.model == "llama-3.3-70b-versatile"  # unset: the default
+    assert config.model.timeout == 12.5  # a whole value converts as it would from the file
+    prompt = config.profiles["default"].system_prompt
+    assert prompt == "Prices are in ${CURRENCY}; you help everyone."  # empty: the default
+
+
+def test_an_unset_variable_stops_the_configuration_naming_it_and_its_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "model:\n  base_url: https://${MODEL_HOST}/v1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    message = str(info.value)
+    assert f"{path}: model.base_url: the environment variable MODEL_HOST is not set" in message
+    assert "${MODEL_HOST:-DEFAULT}" in message
+    # Without an environment, no variable is set.
+    with pytest.raises(ConfigError, match="MODEL_HOST is not set"):
+        load_config(path)
+    # Set but empty is a value: the empty string.
+    empty = write(tmp_path, "model: {model: '${EMPTY}'}\n")
+    assert load_config(empty, {"EMPTY": ""}).model.model == ""
+
+
+def test_a_malformed_reference_is_an_error_that_says_how_to_write_one(tmp_path: Path) -> None:
+    for text in ("x ${", "${}", "${1ST}", "${A B}", "${A:default}"):
+        path = write(tmp_path, f"profiles: {{default: {{system_prompt: '{text}'}}}}\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(path, {"A": "a"})
+        assert "profiles.default.system_prompt" in str(info.value), text
+        assert "is no variable reference" in str(info.value) and "$${" in str(info.value)
+
+
+def test_keys_are_never_expanded_and_a_value_never_adds_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "prices:\n  ${MODEL}: {prompt: 1, completion: 2}\n")
+    assert "${MODEL}" in load_config(path, {"MODEL": "m"}).prices
+    injected = "x\nserver: {port: 1}"
+    path = write(tmp_path, "profiles: {default: {system_prompt: '${PROMPT}'}}\n")
+    config = load_config(path, {"PROMPT": injected})
+    assert config.profiles["default"].system_prompt == injected
+    assert config.server.port == 50051
+
+
+def test_an_invalid_expanded_value_is_reported_without_the_variables_value(tmp_path: Path) -> None:
+    secret = "s3cr3t-value-from-the-environment"
+    path = write(
+        tmp_path,
+        "tool_servers:\n"
+        "  - {name: a, address: 'x:1'}\n"
+        "  - {name: '${TOOL_NAME}', address: 'y:1'}\n"
+        "  - {name: '${TOOL_NAME}', address: 'z:1'}\n"
+        "security: {redact: ['${PATTERN}']}\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {"TOOL_NAME": secret, "PATTERN": f"({secret}"})
+    message = str(info.value)
+    assert secret not in message, message
+    assert "${TOOL_NAME}" in message or "${PATTERN}" in message, message

@@ -259,8 +259,8 @@ def test_notes_warn_about_risky_settings(ready: Cluster, tools: dict[str, str]) 
 @pytest.mark.parametrize(
     ("sets", "schema_refuses", "server_says"),
     [
-        # resources is a Kubernetes object the schema leaves to the server.
-        ({"resources.requests.cpu": "lots"}, False, "quantities must match the regular expression"),
+        # A quantity the schema refuses, rendered past it: the server refuses it too.
+        ({"resources.requests.cpu": "lots"}, True, "quantities must match the regular expression"),
         # A port the schema refuses, rendered past it: the server refuses it too.
         ({"port": "70000"}, True, "must be between 1 and 65535"),
         # A seccomp profile type the server does not know.
@@ -278,6 +278,31 @@ def test_the_server_refuses_a_bad_value(
     done = dry_run(ready, manifests)
     assert done.returncode != 0
     assert server_says in done.stderr, done.stderr
+
+
+def test_a_bad_quantity_fails_the_install_before_a_release_is_stored(
+    ready: Cluster, tools: dict[str, str]
+) -> None:
+    ns = "bad-quantity"
+    namespace(ready, ns)
+    done = helm(
+        ready,
+        tools,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        ns,
+        *value_args([TOOLS], {"resources.limits.cpu": "lots"}),
+    )
+    assert done.returncode != 0
+    assert "at '/resources/limits/cpu': 'lots' does not match pattern" in done.stderr
+    assert len(done.stderr) < 400, done.stderr  # not the API server's 5,000 characters
+    # Nothing was stored: no failed revision in the history, nothing to roll back.
+    history = helm(ready, tools, "history", RELEASE, "-n", ns)
+    assert history.returncode != 0
+    assert "release: not found" in history.stderr
+    assert json.loads(helm(ready, tools, "list", "-n", ns, "-a", "-o", "json").stdout) == []
 
 
 def test_the_server_warns_about_a_pod_the_restricted_standard_would_refuse(

@@ -44,7 +44,7 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.redaction import LogRedaction, Redactor
 
     def read() -> SidecarConfig:
-        config = load_config(args.config) if args.config else parse_config({})
+        config = load_config(args.config, os.environ) if args.config else parse_config({})
         if args.port is not None:
             config = config.model_copy(
                 update={"server": config.server.model_copy(update={"port": args.port})}

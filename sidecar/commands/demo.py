@@ -9,9 +9,12 @@ shuts everything down.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,12 +37,70 @@ def _ms(duration: object) -> float:
     return duration.seconds * 1000 + duration.nanos / 1e6  # type: ignore[attr-defined, no-any-return]
 
 
+_KEEP = "\u00a0"
+"""Stands for a space no line may break at, while an answer is wrapped."""
+
+
+def _members(value: Any) -> str:
+    """JSON on one line with a space after each comma: a line may break between the members
+    of an object or an array, at any depth, never inside a key or a value (their spaces
+    are ``_KEEP``)."""
+    if isinstance(value, dict):
+        parts = [_members(key) + ":" + _KEEP + _members(member) for key, member in value.items()]
+        return "{" + ", ".join(parts) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_members(item) for item in value) + "]"
+    return json.dumps(value, ensure_ascii=False).replace(" ", _KEEP)
+
+
+def _with_members(line: str) -> str:
+    """``line`` with its first JSON object or array, if any, laid out by :func:`_members`."""
+    for start, char in enumerate(line):
+        if char not in "{[":
+            continue
+        try:
+            value, end = json.JSONDecoder().raw_decode(line, start)
+        except ValueError:
+            continue
+        if isinstance(value, dict | list):
+            return line[:start] + _members(value) + line[end:]
+    return line
+
+
+def format_answer(answer: str, width: int = 100) -> str:
+    """An answer, indented under its heading and wrapped at ``width``.
+
+    A JSON answer (a structured run's) is pretty-printed. In text, lines are wrapped at
+    spaces, never inside a word, and a JSON object or array in a line (the simulator
+    quotes tool results so) breaks between its members only: no value is ever split.
+    """
+    try:
+        document = json.loads(answer)
+    except ValueError:
+        document = None
+    if isinstance(document, dict | list):
+        return textwrap.indent(json.dumps(document, indent=2, ensure_ascii=False), "    ")
+    out = []
+    for line in answer.splitlines() or [""]:
+        wrapped = textwrap.fill(
+            _with_members(line),
+            width,
+            initial_indent="    ",
+            subsequent_indent="      ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        out.append(wrapped.replace(_KEEP, " ") or "    ")
+    return "\n".join(out)
+
+
 def format_timeline(timeline: agent_pb2.Timeline) -> str:
     """A fixed-width table of a run's stages."""
     lines = [f"    {'stage':<14}{'name':<26}{'step':>4}{'start ms':>10}{'took ms':>9}  detail"]
     for stage in timeline.stages:
         kind = agent_pb2.StageKind.Name(stage.kind).removeprefix("STAGE_KIND_").lower()
         detail = ""
+        start = f"{_ms(stage.start_offset):>10.1f}"
         if stage.HasField("model_call"):
             m = stage.model_call
             if m.error_code:
@@ -60,9 +121,13 @@ def format_timeline(timeline: agent_pb2.Timeline) -> str:
                 detail += f", {t.attempts} attempts, backoff {_ms(t.retry_backoff):.1f} ms"
             if t.breaker_rejected:
                 detail += ", refused by the breaker"
+        elif stage.kind == agent_pb2.STAGE_KIND_OVERHEAD:
+            # A sum over the whole run, not an interval: it has no start.
+            start = f"{'':>10}"
+            detail = "summed over the run"
         lines.append(
             f"    {kind:<14}{stage.name[:25]:<26}{stage.step:>4}"
-            f"{_ms(stage.start_offset):>10.1f}{_ms(stage.duration):>9.1f}  {detail}"
+            f"{start}{_ms(stage.duration):>9.1f}  {detail}".rstrip()
         )
     lines.append(f"    total {_ms(timeline.total):.1f} ms")
     return "\n".join(lines)
@@ -93,7 +158,14 @@ async def _scenario(client: AgentClient, title: str, text: str, json_output: boo
         print(json_format.MessageToJson(result, indent=None))
     else:
         reason = agent_pb2.StopReason.Name(result.stop_reason).removeprefix("STOP_REASON_")
-        print(f"  answer ({reason.lower()}): {result.answer}")
+        if result.HasField("error"):
+            error = result.error
+            retry = ", retryable" if error.retryable else ""
+            print(f"  run failed ({reason.lower()}): {error.code}{retry}")
+            print(format_answer(error.message, _width()))
+        if result.answer or not result.HasField("error"):
+            print(f"  answer ({reason.lower()}):")
+            print(format_answer(result.answer, _width()))
         print(format_timeline(result.timeline))
         if result.HasField("cost"):
             cost = result.cost
@@ -150,6 +222,11 @@ async def _demo(log: IO[bytes], json_output: bool) -> int:
             for title, text in SCENARIOS:
                 ok = await _scenario(client, title, text, json_output) and ok
     return 0 if ok else 1
+
+
+def _width() -> int:
+    """The terminal's width, at most 100 columns (100 when it is no terminal)."""
+    return min(100, shutil.get_terminal_size((100, 24)).columns)
 
 
 def _write_config(config: dict[str, Any], directory: str) -> str:

@@ -41,7 +41,9 @@ def test_serve_takes_its_log_level_and_format_after_the_command(tmp_path: Path) 
         side = testing.sidecar(
             config, tmp_path, flags=["--log-level", "info", "--log-format", "json"], stderr=stderr
         )
-        side.stop()
+        # Serving means past "listening on" to where SIGTERM drains (and logs it).
+        testing.wait_serving(side.address, timeout=30)
+        assert side.stop() == 0
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     assert any(line["level"] == "INFO" for line in lines)
@@ -179,3 +181,35 @@ def test_check_says_why_a_configuration_would_not_start(tmp_path: Path) -> None:
     invalid.write_text("profiles: {p: {max_stepz: 3}}\n")
     done = _check(invalid)
     assert done.returncode == 2 and "profiles.p.max_stepz" in done.stdout
+
+
+def test_serve_fills_variables_in_its_file_from_its_environment(tmp_path: Path) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(
+        "server: {port: 0, unix_socket: '${SOCKET_DIR}/sidecar.sock'}\n"
+        "model: {base_url: 'http://${MODEL_HOST:-127.0.0.1:9}/v1', keyless: true}\n"
+        "sessions: {store: memory}\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("SOCKET_DIR", "MODEL_HOST")}
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "server.unix_socket: the environment variable SOCKET_DIR is not set" in done.stderr
+    assert "Traceback" not in done.stderr
+    side = testing.start_process(
+        ["-m", "sidecar", "serve", "--config", str(config)],
+        cwd=tmp_path,
+        env={"SOCKET_DIR": str(tmp_path)},
+    )
+    try:
+        assert side.announced("socket on ") == f"unix:{tmp_path}/sidecar.sock"
+        testing.wait_serving(side.address, timeout=30)  # SIGTERM now drains
+    finally:
+        assert side.stop() == 0

@@ -9,6 +9,7 @@ never renders a key the sidecar would refuse, nor a listen address it would not 
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -630,3 +631,386 @@ def test_the_image_versions_agree_with_the_package() -> None:
     for requirement in project["dependencies"]:
         name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
         assert name in pinned, f"deploy/constraints.txt lacks {name}: run make image-constraints"
+
+
+# -- volumes, environment and the pod settings every cluster asks for ----------------------
+
+MODEL_CA = CHART / "ci" / "model-ca-values.yaml"
+
+
+def mounted_volume(container: dict[str, Any], spec: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume that holds ``path`` in ``container``, by the deepest mount above it."""
+    holders = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert holders, f"nothing is mounted above {path}"
+    mount = max(holders, key=lambda m: len(m["mountPath"]))
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return {"mount": mount, **volume}
+
+
+def test_the_model_ca_file_is_mounted_from_extra_volumes_in_standalone_mode() -> None:
+    docs = render([MODEL_CA])
+    config = parse_config(sidecar_config(docs))
+    assert config.model.ca_file == "/etc/model-ca/ca.crt"
+    spec = pod_spec(one(docs, "Deployment", RELEASE))
+    held = mounted_volume(sidecar_container(docs), spec, config.model.ca_file)
+    assert held["secret"] == {"secretName": "model-ca", "defaultMode": 0o440}
+    assert held["mount"]["readOnly"] is True
+    # The chart's own volumes are all still there, beside the extra one.
+    assert [v["name"] for v in spec["volumes"]] == ["config", "data", "tmp", "model-ca"]
+    # Without the mount the file would not exist in the pod: the schema lets the key
+    # through (it cannot know), the volume is what makes it real.
+    bare = render([MODEL_CA], {"extraVolumes": "null", "extraVolumeMounts": "null"})
+    assert "model-ca" not in {m["name"] for m in sidecar_container(bare)["volumeMounts"]}
+
+
+def test_extra_volumes_reach_the_application_pod_in_sidecar_mode() -> None:
+    docs = render(
+        [SIDECAR],
+        {
+            "extraVolumes[0].name": "model-ca",
+            "extraVolumes[0].configMap.name": "company-ca",
+            "extraVolumeMounts[0].name": "model-ca",
+            "extraVolumeMounts[0].mountPath": "/etc/model-ca",
+            "extraVolumeMounts[0].readOnly": "true",
+        },
+    )
+    spec = pod_spec(one(docs, "Deployment", RELEASE))
+    held = mounted_volume(sidecar_container(docs), spec, "/etc/model-ca/ca.crt")
+    assert held["configMap"] == {"name": "company-ca"}
+    (app,) = spec["containers"]
+    assert "model-ca" not in {m["name"] for m in app["volumeMounts"]}  # the sidecar's alone
+
+
+def test_extra_env_and_env_from_reach_the_sidecar_after_the_charts_own() -> None:
+    docs = render([MODEL_CA], {"env[0].name": "EARLIER", "env[0].value": "1"})
+    container = sidecar_container(docs)
+    names = [e["name"] for e in container["env"]]
+    assert names == [
+        "PYTHONDONTWRITEBYTECODE",
+        "GROQ_API_KEY",
+        "EARLIER",
+        "DEPLOYMENT_ENVIRONMENT",
+        "POD_NAMESPACE",
+    ]
+    assert env_of(container)["POD_NAMESPACE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}
+    }
+    assert container["envFrom"] == [{"configMapRef": {"name": "egress-proxy", "optional": True}}]
+    assert "envFrom" not in sidecar_container(render([STANDALONE]))
+
+
+def test_pod_settings_reach_every_pod_and_tool_servers_may_override_them() -> None:
+    docs = render([MODEL_CA])
+    sidecar_pods = one(docs, "Deployment", RELEASE)["spec"]["template"]
+    assert sidecar_pods["metadata"]["labels"]["team"] == "support"
+    assert (
+        sidecar_pods["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"]
+        == "true"
+    )
+    assert "checksum/config" in sidecar_pods["metadata"]["annotations"]
+    assert sidecar_pods["spec"]["priorityClassName"] == "agents-high"
+    orders = one(docs, "Deployment", f"{RELEASE}-tool-orders")["spec"]["template"]
+    assert orders["metadata"]["labels"]["team"] == "support"  # toolServerDefaults.podLabels
+    assert orders["metadata"]["annotations"] == {"prometheus.io/scrape": "false"}
+    assert orders["spec"]["priorityClassName"] == "agents-normal"
+    # Without an override, every pod of the chart takes priorityClassName.
+    simulated = render([TOOLS], {"priorityClassName": "agents-high"})
+    classes = {
+        w["metadata"]["name"]: pod_spec(w).get("priorityClassName") for w in workloads(simulated)
+    }
+    assert set(classes.values()) == {"agents-high"}, classes
+    (test_pod,) = of_kind(simulated, "Pod")
+    assert test_pod["spec"]["priorityClassName"] == "agents-high"
+    assert all("priorityClassName" not in pod_spec(w) for w in workloads(render([TOOLS])))
+
+
+def test_image_pull_secrets_take_objects_and_plain_names_alike() -> None:
+    docs = render([MODEL_CA])
+    for workload in workloads(docs):
+        assert pod_spec(workload)["imagePullSecrets"] == [
+            {"name": "registry-credentials"},
+            {"name": "mirror-credentials"},
+        ], workload["metadata"]["name"]
+    with pytest.raises(RenderError, match="imagePullSecrets/0"):
+        render([STANDALONE], {"imagePullSecrets[0].secret": "x"})
+
+
+def test_spread_constraints_without_a_selector_select_each_deployments_own_pods() -> None:
+    docs = render([MODEL_CA])
+    for workload in workloads(docs):
+        (constraint,) = pod_spec(workload)["topologySpreadConstraints"]
+        assert constraint["topologyKey"] == "topology.kubernetes.io/zone"
+        own = workload["spec"]["selector"]["matchLabels"]
+        assert constraint["labelSelector"] == {"matchLabels": own}
+        assert selects(own, labels_of_pods(workload))
+    # A constraint with a selector of its own is kept as it is, in every Deployment.
+    mine = {"matchLabels": {"app": "checkout"}}
+    docs = render(
+        [TOOLS],
+        {
+            "topologySpreadConstraints[0].maxSkew": "1",
+            "topologySpreadConstraints[0].topologyKey": "kubernetes.io/hostname",
+            "topologySpreadConstraints[0].whenUnsatisfiable": "DoNotSchedule",
+            "topologySpreadConstraints[0].labelSelector.matchLabels.app": "checkout",
+        },
+    )
+    for workload in workloads(docs):
+        (constraint,) = pod_spec(workload)["topologySpreadConstraints"]
+        assert constraint["labelSelector"] == mine
+    (test_pod,) = of_kind(docs, "Pod")
+    assert "topologySpreadConstraints" not in test_pod["spec"]
+
+
+def test_the_global_registry_prefixes_every_image_that_names_no_registry() -> None:
+    def images(docs: list[dict[str, Any]]) -> set[str]:
+        found = {c["image"] for w in workloads(docs) for c in containers(w)}
+        return found | {c["image"] for p in of_kind(docs, "Pod") for c in p["spec"]["containers"]}
+
+    mirrored = images(render([TOOLS], {"global.imageRegistry": "mirror.example:5000/"}))
+    assert mirrored == {
+        "mirror.example:5000/agent-sidecar/sidecar:0.1.0",
+        "mirror.example:5000/agent-sidecar/toolserver:0.1.0",
+        "mirror.example:5000/agent-sidecar/dev:0.1.0",
+    }
+    # A repository that names its registry keeps it: the application's, here.
+    sidecar_mode = images(render([SIDECAR], {"global.imageRegistry": "mirror.example"}))
+    assert "registry.example.com/shop-frontend:2.4.1" in sidecar_mode
+    assert "mirror.example/agent-sidecar/sidecar:0.1.0" in sidecar_mode
+    for repository in ("localhost/agent", "localhost:5000/agent", "quay.io/agent"):
+        docs = render(
+            [STANDALONE], {"global.imageRegistry": "mirror.example", "image.repository": repository}
+        )
+        assert sidecar_container(docs)["image"] == f"{repository}:0.1.0"
+    docs = render(
+        [STANDALONE], {"global.imageRegistry": "mirror.example", "image.repository": "sidecar"}
+    )
+    assert sidecar_container(docs)["image"] == "mirror.example/sidecar:0.1.0"
+    assert images(render([TOOLS])) == {
+        "agent-sidecar/sidecar:0.1.0",
+        "agent-sidecar/toolserver:0.1.0",
+        "agent-sidecar/dev:0.1.0",
+    }
+    with pytest.raises(RenderError, match="global/imageRegistry"):
+        render([STANDALONE], {"global.imageRegistry": "https://mirror.example"})
+
+
+def test_an_application_image_takes_a_digest_and_defaults_to_latest() -> None:
+    digest = "sha256:" + "a" * 64
+    docs = render([SIDECAR], {"application.image.digest": digest})
+    (app,) = pod_spec(one(docs, "Deployment", RELEASE))["containers"]
+    assert app["image"] == f"registry.example.com/shop-frontend@{digest}"
+    docs = render([SIDECAR], {"application.image.tag": ""})
+    (app,) = pod_spec(one(docs, "Deployment", RELEASE))["containers"]
+    assert app["image"] == "registry.example.com/shop-frontend:latest"
+
+
+def test_tool_servers_take_probes_volumes_environment_and_resources() -> None:
+    docs = render([MODEL_CA])
+    (orders,) = containers(one(docs, "Deployment", f"{RELEASE}-tool-orders"))
+    # Probes: the defaults, toolServerDefaults.probes over them, the entry's over those.
+    assert orders["startupProbe"] == {
+        "grpc": {"port": 50061},
+        "periodSeconds": 2,
+        "failureThreshold": 30,
+    }
+    assert orders["readinessProbe"] == {
+        "grpc": {"port": 50061},
+        "periodSeconds": 3,
+        "failureThreshold": 2,
+    }
+    assert orders["livenessProbe"] == {
+        "grpc": {"port": 50061},
+        "periodSeconds": 20,
+        "failureThreshold": 3,
+        "timeoutSeconds": 3,
+    }
+    assert orders["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "500m", "memory": "256Mi"},
+    }
+    assert env_of(orders)["ORDERS_DB_PASSWORD_FILE"]["value"] == "/etc/orders-db/password"
+    spec = pod_spec(one(docs, "Deployment", f"{RELEASE}-tool-orders"))
+    held = mounted_volume(orders, spec, "/etc/orders-db/password")
+    assert held["secret"]["secretName"] == "orders-db" and held["mount"]["readOnly"] is True
+    # The defaults' lists come first, an entry's are added; maps merge, the entry winning.
+    sets = {
+        "toolServerDefaults.extraEnv[0].name": "REGION",
+        "toolServerDefaults.extraEnv[0].value": "eu",
+        "toolServerDefaults.extraEnvFrom[0].secretRef.name": "shared",
+        "toolServerDefaults.extraVolumes[0].name": "ca",
+        "toolServerDefaults.extraVolumes[0].configMap.name": "company-ca",
+        "toolServerDefaults.extraVolumeMounts[0].name": "ca",
+        "toolServerDefaults.extraVolumeMounts[0].mountPath": "/etc/ca",
+        "toolServerDefaults.extraVolumeMounts[0].readOnly": "true",
+        "toolServerDefaults.podAnnotations.owner": "platform",
+        "toolServerDefaults.podAnnotations.prometheus\\.io/scrape": "enabled",
+        "toolServerDefaults.priorityClassName": "tools",
+        "toolServers[0].envFrom[0].configMapRef.name": "orders",
+        "toolServers[0].podLabels.tier": "backend",
+    }
+    docs = render([MODEL_CA], sets)
+    workload = one(docs, "Deployment", f"{RELEASE}-tool-orders")
+    (orders,) = containers(workload)
+    assert [e["name"] for e in orders["env"]] == [
+        "PYTHONDONTWRITEBYTECODE",
+        "REGION",
+        "ORDERS_DB_PASSWORD_FILE",
+    ]
+    assert orders["envFrom"] == [
+        {"secretRef": {"name": "shared"}},
+        {"configMapRef": {"name": "orders"}},
+    ]
+    assert [m["name"] for m in orders["volumeMounts"]] == ["tmp", "ca", "orders-db"]
+    assert [v["name"] for v in pod_spec(workload)["volumes"]] == ["tmp", "ca", "orders-db"]
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"owner": "platform", "prometheus.io/scrape": "false"}
+    labels = labels_of_pods(workload)
+    assert (labels["team"], labels["tier"]) == ("support", "backend")
+    assert selects(workload["spec"]["selector"]["matchLabels"], labels)
+    assert pod_spec(workload)["priorityClassName"] == "agents-normal"  # the entry's own
+    tools = render([TOOLS], {"toolServerDefaults.priorityClassName": "tools"})
+    assert {
+        pod_spec(w).get("priorityClassName")
+        for w in workloads(tools)
+        if component(w) == "tool-server"
+    } == {"tools"}
+    assert "priorityClassName" not in pod_spec(one(tools, "Deployment", RELEASE))
+
+
+def test_resources_are_checked_as_kubernetes_quantities_before_anything_is_sent() -> None:
+    where = {
+        "resources": STANDALONE,
+        "toolServerDefaults.resources": TOOLS,
+        "toolServers[0].resources": TOOLS,
+        "devSimulator.resources": TOOLS,
+        "application.resources": SIDECAR,
+    }
+    for key, values in where.items():
+        path = "/" + key.replace("[0]", "/0").replace(".", "/")
+        with pytest.raises(RenderError) as refused:
+            render([values], {f"{key}.limits.cpu": "lots"})
+        message = str(refused.value)
+        assert f"at '{path}/limits/cpu': 'lots' does not match pattern" in message, message
+        assert len(message) < 400, message  # one line that names the value, not a dump
+    for good in ("0.5", "250m", "2", "1e3", "1.5Gi", ".5"):
+        docs = render([STANDALONE], {"resources.limits.cpu": good})
+        assert str(sidecar_container(docs)["resources"]["limits"]["cpu"]) == good
+    docs = render(
+        [STANDALONE],
+        {"resources.limits.hugepages-2Mi": "64Mi", "resources.limits.example\\.com/gpu": "1"},
+    )
+    assert sidecar_container(docs)["resources"]["limits"]["example.com/gpu"] == 1
+    refusals = {
+        "resources.limit.cpu": "additional properties 'limit' not allowed",
+        "resources.requests.memory": "does not match pattern",
+    }
+    for key, message in refusals.items():
+        with pytest.raises(RenderError, match=message):
+            render([STANDALONE], {key: "-1Gi" if "memory" in key else "1"})
+
+
+def test_every_new_list_value_is_refused_with_its_missing_field() -> None:
+    refusals = {
+        "extraVolumes[0].secret.secretName": ("extraVolumes/0", "missing property 'name'"),
+        "extraVolumeMounts[0].name": ("extraVolumeMounts/0", "missing property 'mountPath'"),
+        "extraEnv[0].value": ("extraEnv/0", "missing property 'name'"),
+        "toolServers[0].volumeMounts[0].mountPath": (
+            "toolServers/0/volumeMounts/0",
+            "missing property 'name'",
+        ),
+        "priorityClassName": ("priorityClassName", "does not match pattern"),
+    }
+    for key, (path, message) in refusals.items():
+        with pytest.raises(RenderError) as refused:
+            render([TOOLS], {key: "Bad_Value"})
+        assert f"at '/{path}'" in str(refused.value) and message in str(refused.value), str(
+            refused.value
+        )
+
+
+# -- the chart's documentation ---------------------------------------------------------------
+
+
+def documented_keys() -> list[str]:
+    """The keys of the README's values table."""
+    table = (CHART / "README.md").read_text().split("## Values", 1)[1]
+    return re.findall(r"^\| ([^ |]+) \| ", table, re.M)[1:]  # the header's "Key" first
+
+
+def leaves(node: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of a values tree's leaves (lists and empty maps are leaves)."""
+    if isinstance(node, dict) and node:
+        return [p for key, value in node.items() for p in leaves(value, f"{prefix}{key}.")]
+    return [prefix.removesuffix(".")]
+
+
+def test_the_readme_values_table_documents_every_value_with_a_description() -> None:
+    keys = documented_keys()
+    assert len(keys) > 100
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for leaf in leaves(values):
+        parts = leaf.split(".")
+        covered = [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+        assert any(c in keys for c in covered), f"{leaf} is not in the README's values table"
+    table = (CHART / "README.md").read_text().split("## Values", 1)[1]
+    for row in re.findall(r"^\| .* \|$", table, re.M)[2:]:
+        description = row.rsplit("|", 2)[-2].strip()
+        assert description, f"a value without a description: {row}"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
+        return node
+
+    for key in keys:  # every documented value is one the schema knows
+        node: dict[str, Any] | None = schema
+        for part in key.split("."):
+            node = resolve(node)["properties"].get(part) if node else None
+        assert node is not None, f"{key} is in the values table but not in values.schema.json"
+
+
+def test_the_chart_names_its_home_icon_and_maintainers() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["home"].startswith("https://")
+    assert chart["maintainers"] and all(m["name"] for m in chart["maintainers"])
+    prefix = "https://raw.githubusercontent.com/agent-sidecar/agent-sidecar/main/"
+    assert chart["icon"].startswith(prefix)
+    icon = ROOT / chart["icon"].removeprefix(prefix)
+    assert icon.suffix == ".svg" and "<svg" in icon.read_text()
+
+
+def test_the_readme_install_pulls_every_image_from_the_registry_it_pushes_to() -> None:
+    readme = (CHART / "README.md").read_text()
+    (build,) = re.findall(r"```sh\n(REGISTRY=.*?)```", readme, re.S)
+    pushed = set(re.findall(r"--target \$target\s*\\\n\s*-t (\S+) --push", build))
+    (pattern,) = pushed
+    targets = re.search(r"for target in ([\w ]+); do", build)[1].split()  # type: ignore[index]
+    registry = re.search(r"REGISTRY=(\S+)", build)[1]  # type: ignore[index]
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    made = {
+        pattern.replace("$REGISTRY", registry).replace("$target", t).replace(version, "VERSION")
+        for t in targets
+    }
+    install = re.search(
+        r"helm install agent-sidecar ./helm/agent-sidecar (.*?)\n(?!\s)", readme, re.S
+    )[1]  # type: ignore[index]
+    sets = dict(
+        s.split("=", 1) for s in re.findall(r"--set (\S+)", install.replace("$REGISTRY", registry))
+    )
+    docs = render(sets=sets)
+    used = {
+        c["image"].replace(version, "VERSION") for w in workloads(docs) for c in containers(w)
+    } | {
+        c["image"].replace(version, "VERSION")
+        for p in of_kind(docs, "Pod")
+        for c in p["spec"]["containers"]
+    }
+    assert used <= made, f"the install uses {used - made}, which the build does not push"
+    # The tool servers' image too, once there are tool servers.
+    sets["toolServers[0].name"] = "orders"
+    sets["toolServers[0].command[0]"] = "agent-toolserver"
+    sets["toolServers[0].port"] = "50061"
+    docs = render(sets=sets)
+    used = {c["image"].replace(version, "VERSION") for w in workloads(docs) for c in containers(w)}
+    assert used <= made and len(used) == 2, used

@@ -17,14 +17,18 @@ Only what must differ on a laptop is rewritten, and nothing else:
 - addresses of Services: each ``tool_servers[].address`` and ``model.base_url`` names a
   Service (``NAME.NAMESPACE.svc.DOMAIN:PORT``); the test follows that Service's selector
   and target port to a Deployment and its container port (and fails when they do not
-  lead to one), and puts in the address of the local process that runs it;
+  lead to one), and puts in the address of the local process that runs it. An endpoint
+  outside the release (a model server elsewhere in the cluster) is a process the test
+  starts, named by the test;
 - file paths: every path under a volume's mountPath (the config file, the SQLite file) is
   re-rooted in a temporary directory;
 - Secrets: the test makes their contents at run time (a CA, the sidecar's certificate,
   callers' certificates and tokens, in the TLS scenario) and lays them out as the kubelet
   does: each key a file in the volume, reached through the ``..data`` symlink that the
   kubelet swaps atomically when the Secret changes; ``secretKeyRef`` variables get the
-  key's value. A Secret the test did not make fails the test.
+  key's value, ``envFrom`` a Secret's every key. A Secret the test did not make fails the
+  test (an ``optional`` one it did not make is left out, as the kubelet leaves it out);
+  ``fieldRef`` variables get the pod's namespace and name.
 
 The application container of sidecar mode is the user's own image and is not run.
 """
@@ -32,6 +36,7 @@ The application container of sidecar mode is the user's own image and is not run
 from __future__ import annotations
 
 import asyncio
+import filecmp
 import json
 import os
 import secrets
@@ -51,6 +56,7 @@ import yaml
 from agentsidecar.client import AgentClient
 from agentsidecar.errors import error_details
 from agentsidecar.v1 import agent_pb2
+from sidecar import testing
 from sidecar.testing import ServerProcess, start_process, wait_serving
 from sidecar.testing.certs import TestCA
 from tests.deploy.helm_chart import (
@@ -134,16 +140,30 @@ class Pod:
         return out
 
     def env(self, secrets: Mapping[str, Mapping[str, bytes]] | None = None) -> dict[str, str]:
+        made = secrets or {}
         env = {}
+        for source in self.container.get("envFrom", []):
+            kind, ref = next((k, v) for k, v in source.items() if k.endswith("Ref"))
+            if ref["name"] not in made:
+                assert kind in ("secretRef", "configMapRef") and ref.get("optional"), (
+                    f"{self.name}: envFrom {kind} {ref['name']}, not made"
+                )
+                continue
+            for key, data in made[ref["name"]].items():
+                env[source.get("prefix", "") + key] = data.decode()
+        fields = {"metadata.namespace": NAMESPACE, "metadata.name": f"{self.name}-pod"}
         for entry in self.container.get("env", []):
-            if "valueFrom" in entry:
-                ref = entry["valueFrom"]["secretKeyRef"]
-                assert secrets is not None and ref["name"] in secrets, (
+            source = entry.get("valueFrom")
+            if source is None:
+                env[entry["name"]] = entry["value"]
+            elif "fieldRef" in source:
+                env[entry["name"]] = fields[source["fieldRef"]["fieldPath"]]
+            else:
+                ref = source["secretKeyRef"]
+                assert ref["name"] in made, (
                     f"{self.name}: {entry['name']} comes from Secret {ref['name']}, not made"
                 )
-                env[entry["name"]] = secrets[ref["name"]][ref["key"]].decode()
-            else:
-                env[entry["name"]] = entry["value"]
+                env[entry["name"]] = made[ref["name"]][ref["key"]].decode()
         return env
 
     def start(
@@ -211,8 +231,14 @@ def service_target(docs: list[dict[str, Any]], address: str) -> tuple[str, int]:
     return backing[0]["metadata"]["name"], ports[0]
 
 
-def local_config(pod: Pod, docs: list[dict[str, Any]], addresses: dict[str, str]) -> dict[str, Any]:
-    """The ConfigMap's sidecar.yaml with the laptop's addresses and paths."""
+def local_config(
+    pod: Pod,
+    docs: list[dict[str, Any]],
+    addresses: dict[str, str],
+    external: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ConfigMap's sidecar.yaml with the laptop's addresses and paths (``external``:
+    the local address of each endpoint outside the release, by its address in the cluster)."""
     config = sidecar_config(docs)
     config["server"].update(host=LOCAL_HOST, port=0)
     if "health_port" in config["server"]:
@@ -226,8 +252,12 @@ def local_config(pod: Pod, docs: list[dict[str, Any]], addresses: dict[str, str]
     base_url = config.get("model", {}).get("base_url")
     if base_url:
         parts = urlsplit(base_url)
-        workload, _ = service_target(docs, parts.netloc)
-        config["model"]["base_url"] = urlunsplit(parts._replace(netloc=addresses[workload]))
+        if external and parts.netloc in external:
+            local = external[parts.netloc]
+        else:
+            workload, _ = service_target(docs, parts.netloc)
+            local = addresses[workload]
+        config["model"]["base_url"] = urlunsplit(parts._replace(netloc=local))
 
     def reroot(node: Any) -> Any:
         if isinstance(node, dict):
@@ -274,9 +304,11 @@ def release(
     docs: list[dict[str, Any]],
     root: Path,
     secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+    external: Mapping[str, str] | None = None,
 ) -> Iterator[Running]:
     """Every rendered container of ``docs`` running locally, the sidecar SERVING (through
-    its probes' port); on exit the sidecar must drain to exit 0."""
+    its probes' port); on exit the sidecar must drain to exit 0. ``external``: local
+    addresses of endpoints outside the release, by their addresses in the cluster."""
     others, sidecar_pod = runnable_pods(docs, root)
     log = root / "stderr.log"
     with ExitStack() as stack:
@@ -284,7 +316,7 @@ def release(
         for pod in others:
             pod.mount(docs, secrets=secrets)
             addresses[pod.name] = stack.enter_context(pod.start(log, secrets)).address
-        config = local_config(sidecar_pod, docs, addresses)
+        config = local_config(sidecar_pod, docs, addresses, external)
         sidecar_pod.mount(docs, rewrite={"sidecar.yaml": config}, secrets=secrets)
         sidecar = stack.enter_context(sidecar_pod.start(log, secrets))
         # Where the kubelet's probes go: the plaintext health port when TLS is on.
@@ -519,3 +551,58 @@ async def test_updating_the_token_secret_rotates_the_principals_token(
     )
     await eventually(lambda: accepted(rotated), timeout=15, interval=0.2)
     assert not await accepted(locked_down.token)
+
+
+# -- a model endpoint behind the company's CA (ci/model-ca-values.yaml) ----------------------
+
+MODEL_ENDPOINT = "llm.models.svc.cluster.local:8443"
+"""The address of the scenario's model server, outside the release."""
+
+
+def model_ca_secrets(ca_file: str) -> dict[str, dict[str, bytes]]:
+    """The Secrets the scenario names: the CA bundle, the model key, the tool's password."""
+    return {
+        "model-ca": {"ca.crt": Path(ca_file).read_bytes()},
+        "model-api-key": {"api-key": secrets.token_urlsafe(16).encode()},
+        "orders-db": {"password": secrets.token_urlsafe(16).encode()},
+    }
+
+
+async def test_the_model_is_trusted_through_the_ca_file_mounted_from_extra_volumes(
+    tmp_path: Path,
+) -> None:
+    docs = render([CHART / "ci" / "model-ca-values.yaml"])
+    company = TestCA(tmp_path / "company-ca", name="company-ca")
+    served = company.issue("llm")  # localhost and 127.0.0.1, where the sidecar dials
+    log = tmp_path / "llm.log"
+    with (
+        log.open("ab") as stderr,
+        testing.simulator(
+            "--tls-cert", served.cert_file, "--tls-key", served.key_file, stderr=stderr
+        ) as llm,
+    ):
+        external = {MODEL_ENDPOINT: llm.address}
+        contents = model_ca_secrets(company.ca_file)
+        with release(docs, tmp_path / "pods", contents, external) as running:
+            ca_file = running.config["model"]["ca_file"]
+            assert ca_file == running.pod.local_path("/etc/model-ca/ca.crt")
+            assert await asyncio.to_thread(filecmp.cmp, ca_file, company.ca_file, shallow=False)
+            async with AgentClient(running.sidecar.address) as client:
+                session = await client.create_session("default")
+                result = (await client.run(session.session_id, FOUNDING, timeout=30)).result
+            assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result
+            assert result.answer.startswith("[simulated]")
+            calls = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL]
+            assert [s.name for s in calls] == ["get_order_status"]  # the scenario's one server
+            assert calls[0].tool_call.status == agent_pb2.TOOL_CALL_STATUS_OK
+
+        # The same release with another CA in the Secret: the endpoint is not trusted, so
+        # the file the sidecar reads is the mounted one, not the system's bundle.
+        stranger = TestCA(tmp_path / "stranger-ca", name="stranger-ca")
+        contents = model_ca_secrets(stranger.ca_file)
+        with release(docs, tmp_path / "pods-2", contents, external) as running:
+            async with AgentClient(running.sidecar.address) as client:
+                session = await client.create_session("default")
+                result = (await client.run(session.session_id, FOUNDING, timeout=60)).result
+            assert result.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR, result
+            assert "certificate" in result.error.message.lower(), result.error

@@ -278,6 +278,40 @@ async def test_tool_results_are_summarised_in_a_text_answer(client: openai.Async
     assert "x" * 300 not in answer  # long results are truncated
 
 
+async def test_long_json_results_are_quoted_with_whole_members_and_name_what_is_left_out(
+    client: openai.AsyncOpenAI,
+) -> None:
+    calls = await _ask(client, ORDER_QUESTION, tools=TOOLS)
+    tool_calls = calls.choices[0].message.tool_calls
+    order = {
+        "order_id": "20250101",
+        "items": [{"sku": f"SKU-{n:03}", "note": "a long line of text " * 3} for n in range(5)],
+        "status": "shipped",
+        "carrier": "Sample Express",
+    }
+    results = [orjson.dumps(order).decode(), orjson.dumps(list(range(200))).decode()]
+    messages: list[Any] = [
+        {"role": "user", "content": ORDER_QUESTION},
+        calls.choices[0].message.model_dump(exclude_none=True),
+        *(
+            {"role": "tool", "tool_call_id": call.id, "content": result}
+            for call, result in zip(tool_calls, results, strict=True)
+        ),
+    ]
+    response = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    answer = response.choices[0].message.content
+    lines = dict(line.removeprefix("- ").split(": ", 1) for line in answer.splitlines()[1:])
+    # The object: the members that fit, whole (the long one skipped), then what is left out.
+    quoted, left_out = lines["get_order_status"].split(" (left out: ")
+    assert orjson.loads(quoted) == {k: order[k] for k in ("order_id", "status", "carrier")}
+    assert left_out == "items)"
+    # The array: the first items, whole, and a count of the rest.
+    quoted, rest = lines["track_parcel"].split(" (and ")
+    kept = orjson.loads(quoted)
+    assert kept == list(range(len(kept))) and rest == f"{200 - len(kept)} more)"
+    assert "…" not in answer
+
+
 async def test_json_schema_response_format_yields_a_document_that_fits_the_schema(
     client: openai.AsyncOpenAI,
 ) -> None:

@@ -63,13 +63,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-client" (include "agent-sidecar.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* An image reference: (dict "image" .Values.image "root" $). */}}
+{{/* An image reference: (dict "image" .Values.image "root" $), and "defaultTag" for a tag
+other than the chart's appVersion. global.imageRegistry goes in front of a repository whose
+first part names no registry host (Docker's rule: a registry has a "." or a ":", or is
+localhost). */}}
 {{- define "agent-sidecar.image" -}}
-{{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- $tag := .image.tag | default .defaultTag | default .root.Chart.AppVersion }}
+{{- $repository := .image.repository }}
+{{- $registry := (.root.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" }}
+{{- if $registry }}
+{{- $first := regexSplit "/" $repository 2 | first }}
+{{- if or (not (contains "/" $repository)) (not (or (contains "." $first) (contains ":" $first) (eq $first "localhost"))) }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- end }}
+{{- end }}
 {{- if .image.digest }}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{- printf "%s@%s" $repository .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 {{- end }}
 
@@ -389,6 +400,13 @@ env:
   {{- with .Values.env }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+  {{- with .Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.extraEnvFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 startupProbe:
   grpc:
     port: {{ include "agent-sidecar.probePort" . }}
@@ -437,6 +455,9 @@ volumeMounts:
   - name: socket
     mountPath: {{ .Values.socket.directory }}
   {{- end }}
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{/* The sidecar's volumes (both modes). */}}
@@ -479,35 +500,59 @@ volumeMounts:
     medium: Memory
     sizeLimit: 1Mi
 {{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
-{{/* Pod fields every pod of the chart shares. */}}
+{{/*
+Pod fields every pod of the chart shares: (dict "root" $ "selector" LABELS
+"priorityClassName" NAME). LABELS (a YAML string) select the Deployment's own pods: a
+topology spread constraint without a labelSelector gets them; without LABELS (the test
+pod) no constraint applies. NAME overrides .Values.priorityClassName.
+*/}}
 {{- define "agent-sidecar.podCommon" -}}
-serviceAccountName: {{ include "agent-sidecar.serviceAccountName" . }}
-automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
-{{- with .Values.imagePullSecrets }}
+{{- $root := .root }}
+{{- $values := $root.Values -}}
+serviceAccountName: {{ include "agent-sidecar.serviceAccountName" $root }}
+automountServiceAccountToken: {{ $values.serviceAccount.automountToken }}
+{{- with $values.imagePullSecrets }}
 imagePullSecrets:
   {{- range . }}
+  {{- if kindIs "string" . }}
   - name: {{ . }}
+  {{- else }}
+  - name: {{ .name }}
+  {{- end }}
   {{- end }}
 {{- end }}
+{{- with (.priorityClassName | default $values.priorityClassName) }}
+priorityClassName: {{ . }}
+{{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
+  {{- toYaml $values.podSecurityContext | nindent 2 }}
+{{- with $values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.topologySpreadConstraints }}
+{{- if and .selector $values.topologySpreadConstraints }}
+{{- $selector := .selector | fromYaml }}
 topologySpreadConstraints:
-  {{- toYaml . | nindent 2 }}
+  {{- range $values.topologySpreadConstraints }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+  {{- end }}
+  {{- toYaml (list $constraint) | nindent 2 }}
+  {{- end }}
 {{- end }}
 {{- end }}
 
