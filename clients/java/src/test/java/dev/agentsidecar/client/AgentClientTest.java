@@ -81,8 +81,8 @@ class AgentClientTest {
       assertEquals(last.getRunId(), events.get(i).getRunId());
     }
 
-    // Both tools are called in one step, and both succeed: each runs (started, then finished
-    // OK) or is answered from the sidecar's result cache (finished CACHED, never started).
+    // Both tools are called in one step, and both succeed: each runs (finished OK) or is
+    // answered from the sidecar's result cache (finished CACHED); either way it started first.
     List<ToolCallFinished> finished =
         events.stream().filter(StreamRunResponse::hasToolCallFinished)
             .map(StreamRunResponse::getToolCallFinished).toList();
@@ -91,12 +91,13 @@ class AgentClientTest {
         finished.stream().map(ToolCallFinished::getToolName).collect(Collectors.toSet()));
     assertEquals(Set.of(1), finished.stream().map(f -> f.getStep()).collect(Collectors.toSet()));
     for (ToolCallFinished call : finished) {
-      boolean ran = events.stream().anyMatch(
+      boolean started = events.stream().anyMatch(
           e -> e.hasToolCallStarted() && e.getToolCallStarted().getCallId().equals(call.getCallId()));
-      assertEquals(
-          ran ? ToolCallStatus.TOOL_CALL_STATUS_OK : ToolCallStatus.TOOL_CALL_STATUS_CACHED,
-          call.getStatus(),
-          call.getToolName());
+      assertTrue(started, call.getToolName() + " finished without starting");
+      assertTrue(
+          Set.of(ToolCallStatus.TOOL_CALL_STATUS_OK, ToolCallStatus.TOOL_CALL_STATUS_CACHED)
+              .contains(call.getStatus()),
+          call.getToolName() + ": " + call.getStatus());
     }
     assertEquals(
         finished.stream().filter(f -> f.getStatus() == ToolCallStatus.TOOL_CALL_STATUS_OK).count(),
