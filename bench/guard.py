@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another source tree, measured alongside")
     parser.add_argument("--json", help="write the rounds and their medians here")
     args = parser.parse_args(argv)
-    budget = args.budget if args.budget is not None else json.loads(BUDGET_FILE.read_text())["budget"]
+    budget = (
+        args.budget if args.budget is not None else json.loads(BUDGET_FILE.read_text())["budget"]
+    )
     started = time.perf_counter()
     found = run(args.rounds, args.runs, args.warmup, args.baseline)
     medians = summary(found)

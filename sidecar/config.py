@@ -152,6 +152,11 @@ class ToolServerConfig(_Strict):
     most often a gRPC server that sets no keepalive policy accepts (Python's, Go's and
     Java's defaults); oftener, and it answers GOAWAY ``too_many_pings`` and drops the
     connection. SDK tool servers accept a ping every 10 s: set it lower for them."""
+    call_stream: bool = True
+    """Send the server's calls on one long-lived ``CallTools`` stream when it offers one
+    (``ListToolsResponse.call_stream``; the Python SDK does), instead of one ``CallTool``
+    per call: the same calls, deadlines, cancellation and metadata, for a fraction of the
+    CPU on both sides. Off, or for a server that does not offer it: one call each."""
     max_result_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """Largest response accepted from the server; a larger tool result is that call's
     error (the model is told to ask for less), never retried, and never counted against

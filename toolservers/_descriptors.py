@@ -43,6 +43,7 @@ def list_tools_response(tools: Iterable[Tool]) -> tool_pb2.ListToolsResponse:
     response = tool_pb2.ListToolsResponse(tools=[tool_descriptor(tool) for tool in tools])
     encoded = response.SerializeToString(deterministic=True)
     response.tool_set_version = hashlib.sha256(encoded).hexdigest()[:16]
+    response.call_stream = True  # the SDK serves CallTools
     return response
 
 

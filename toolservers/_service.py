@@ -1,14 +1,18 @@
 """The ``agentsidecar.v1.ToolService`` servicer: routes calls to tools, maps failures to statuses.
 
 Protocol failures become gRPC statuses here (NOT_FOUND, INVALID_ARGUMENT,
-DEADLINE_EXCEEDED, UNAVAILABLE); tool failures never do, they are results.
+DEADLINE_EXCEEDED, UNAVAILABLE, UNAUTHENTICATED); tool failures never do, they are
+results. A call runs the same way whichever RPC carries it: ``CallTool`` (one call per
+RPC), ``StreamTool`` (with progress) or ``CallTools`` (many calls on one stream, each
+failing with a ``CallStatus`` where the others fail with a status).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 import grpc
@@ -24,6 +28,48 @@ if TYPE_CHECKING:
 logger = logging.getLogger("toolservers")
 
 SERVICE_NAME: str = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
+MAX_RESULT_KEY = "x-agent-max-result-bytes"
+"""Metadata of a ``CallTools`` stream: the largest response its caller accepts. A larger
+result would end the whole stream (gRPC refuses the message), so the server answers that
+call RESOURCE_EXHAUSTED instead of sending it."""
+
+_Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class _CallFailed(Exception):
+    """A call failed as a protocol failure: a status for CallTool, a CallStatus on a stream."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _StreamedCallContext:
+    """What a handler reads of a call that came on a ``CallTools`` stream: its deadline
+    and its metadata, as a ``ServicerContext`` offers them for one RPC."""
+
+    __slots__ = ("_deadline", "_metadata")
+
+    def __init__(self, deadline: float | None, metadata: _Metadata) -> None:
+        self._deadline = deadline
+        self._metadata = metadata
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def invocation_metadata(self) -> _Metadata:
+        return self._metadata
+
+
+def _streamed_metadata(entries: Mapping[str, bytes]) -> _Metadata:
+    """A StreamedCall's metadata as gRPC metadata: text values decoded, ``-bin`` kept."""
+    return tuple(
+        (key, value if key.endswith("-bin") else value.decode("ascii", errors="replace"))
+        for key, value in entries.items()
+    )
 
 
 class ToolService(tool_pb2_grpc.ToolServiceServicer):
@@ -55,7 +101,7 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
 
     @property
     def in_flight(self) -> int:
-        """How many CallTool and StreamTool calls are running now."""
+        """How many tool calls are running now, whichever RPC carries them."""
         return self._in_flight
 
     def begin_drain(self) -> None:
@@ -78,27 +124,98 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
     async def CallTool(
         self, request: tool_pb2.CallToolRequest, context: grpc.aio.ServicerContext
     ) -> tool_pb2.CallToolResponse:
-        runner = self._runners.get(request.tool_name)
-        if runner is None or self._draining:
-            runner = await self._reject(request, context)
-        self._in_flight += 1
         try:
-            result = await self._execute(runner, request, context, None)
-        finally:
-            self._call_done()
+            result = await self._call(request, context, context.invocation_metadata() or (), None)
+        except _CallFailed as exc:
+            await _abort(context, exc.code, exc.message)
         return tool_pb2.CallToolResponse(result=result)
 
     async def StreamTool(
         self, request: tool_pb2.StreamToolRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        call = request.call
+        try:
+            metadata = context.invocation_metadata() or ()
+            result = await self._call(request.call, context, metadata, context.write)
+        except _CallFailed as exc:
+            await _abort(context, exc.code, exc.message)
+        await context.write(tool_pb2.StreamToolResponse(result=result))
+
+    async def CallTools(
+        self,
+        requests: AsyncIterator[tool_pb2.CallToolsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """Many calls on one stream: each runs in a task of its own and is answered when it
+        ends; a cancel stops its call; the caller's half-close ends the stream once the
+        calls it sent are answered."""
+        limit = _max_result(context.invocation_metadata() or ())
+        running: dict[int, asyncio.Task[None]] = {}
+        writing = asyncio.Lock()  # one write at a time on the stream
+
+        async def answer(response: tool_pb2.CallToolsResponse) -> None:
+            async with writing:
+                await context.write(response)
+
+        async def run(streamed: tool_pb2.StreamedCall) -> None:
+            deadline = None
+            if streamed.HasField("timeout"):
+                deadline = time.monotonic() + streamed.timeout.ToNanoseconds() / 1e9
+            call_context = _StreamedCallContext(deadline, _streamed_metadata(streamed.metadata))
+            try:
+                result = await self._call(
+                    streamed.call, call_context, call_context.invocation_metadata(), None
+                )
+                response = tool_pb2.CallToolsResponse(id=streamed.id, result=result)
+                if limit is not None and response.ByteSize() > limit:
+                    raise _CallFailed(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"the result is {response.ByteSize()} bytes; the caller accepts {limit}",
+                    )
+            except _CallFailed as exc:
+                response = _failed(streamed.id, exc.code, exc.message)
+            except asyncio.CancelledError:
+                response = _failed(streamed.id, grpc.StatusCode.CANCELLED, "the caller cancelled")
+            finally:
+                running.pop(streamed.id, None)
+            try:
+                await answer(response)
+            except Exception:  # the stream ended first: nobody is left to answer
+                logger.debug("call %d on a closed stream not answered", streamed.id)
+
+        try:
+            async for request in requests:
+                if request.HasField("call"):
+                    streamed = request.call
+                    task = asyncio.get_running_loop().create_task(run(streamed))
+                    running[streamed.id] = task
+                elif request.HasField("cancel"):
+                    cancelled = running.get(request.cancel.id)
+                    if cancelled is not None:
+                        cancelled.cancel()
+            # The caller closed its side: answer what it sent, then end the stream.
+            await asyncio.gather(*running.values(), return_exceptions=True)
+        finally:
+            for task in running.values():  # the stream broke: nobody reads the answers
+                task.cancel()
+
+    async def _call(
+        self,
+        call: tool_pb2.CallToolRequest,
+        context: grpc.aio.ServicerContext | _StreamedCallContext,
+        metadata: _Metadata,
+        write: ProgressWriter | None,
+    ) -> tool_pb2.ToolResult:
+        """Run one call, whichever RPC carried it.
+
+        Raises:
+            _CallFailed: the protocol failure the call ends with.
+        """
         runner = self._runners.get(call.tool_name)
         if runner is None or self._draining:
-            runner = await self._reject(call, context)
+            raise self._rejected(call)
         self._in_flight += 1
         try:
-            result = await self._execute(runner, call, context, context.write)
-            await context.write(tool_pb2.StreamToolResponse(result=result))
+            return await self._execute(runner, call, context, metadata, write)
         finally:
             self._call_done()
 
@@ -106,40 +223,40 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         self,
         runner: ToolRunner,
         call: tool_pb2.CallToolRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext | _StreamedCallContext,
+        metadata: _Metadata,
         write: ProgressWriter | None,
     ) -> tool_pb2.ToolResult:
         identity = None
         if self._identity is not None:
-            identity = await self._verify(runner, call, context)
+            identity = self._verify(runner, call, metadata)
         tracing = self._tracing
         if tracing is None:
             return await self._run(runner, call, context, write, identity)
         method = "CallTool" if write is None else "StreamTool"
-        metadata = context.invocation_metadata()
         with tracing.span(method, runner.name, call.call_id, metadata) as span:
             result = await self._run(runner, call, context, write, identity)
             tracing.record(span, result)
             return result
 
-    async def _verify(
-        self, runner: ToolRunner, call: tool_pb2.CallToolRequest, context: grpc.aio.ServicerContext
+    def _verify(
+        self, runner: ToolRunner, call: tool_pb2.CallToolRequest, metadata: _Metadata
     ) -> CallerIdentity:
-        """The call's verified identity; the call ends UNAUTHENTICATED when it has none."""
+        """The call's verified identity; the call fails UNAUTHENTICATED when it has none."""
         from toolservers._identity import IdentityRefused
 
         assert self._identity is not None
         try:
-            return self._identity.verify(context.invocation_metadata() or (), call.call_id)
+            return self._identity.verify(metadata, call.call_id)
         except IdentityRefused as exc:
             logger.warning("%s: call %s refused: %s", runner.name, call.call_id[:64], exc)
-            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise _CallFailed(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
 
     async def _run(
         self,
         runner: ToolRunner,
         call: tool_pb2.CallToolRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext | _StreamedCallContext,
         write: ProgressWriter | None,
         identity: CallerIdentity | None = None,
     ) -> tool_pb2.ToolResult:
@@ -149,7 +266,8 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
             else None
         )
         # grpc.aio already cancels the handler's task when the deadline passes;
-        # the local timeout makes that independent of transport timing.
+        # the local timeout makes that independent of transport timing (and is the only
+        # one for a call on a stream).
         remaining = context.time_remaining()
         try:
             if remaining is None:
@@ -157,30 +275,25 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
             async with asyncio.timeout(remaining):
                 return await runner.run(call.call_id, call.arguments, ctx)
         except MalformedArguments as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{runner.name}: {exc}")
+            raise _CallFailed(grpc.StatusCode.INVALID_ARGUMENT, f"{runner.name}: {exc}") from None
         except TimeoutError:
             # The runner turns the tool's own exceptions into results, so a
             # TimeoutError here can only be the deadline.
-            await _abort(
-                context,
+            raise _CallFailed(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"{runner.name} did not finish before the call's deadline; it was cancelled",
-            )
+            ) from None
 
-    async def _reject(
-        self, call: tool_pb2.CallToolRequest, context: grpc.aio.ServicerContext
-    ) -> NoReturn:
-        """Answer a call no tool will run: draining, unnamed or unknown tool."""
+    def _rejected(self, call: tool_pb2.CallToolRequest) -> _CallFailed:
+        """Why no tool will run a call: draining, unnamed or unknown tool."""
         if self._draining:
-            await _abort(
-                context,
+            return _CallFailed(
                 grpc.StatusCode.UNAVAILABLE,
                 "the tool server is shutting down; retry on another instance",
             )
         if not call.tool_name:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "tool_name is empty")
-        await _abort(
-            context,
+            return _CallFailed(grpc.StatusCode.INVALID_ARGUMENT, "tool_name is empty")
+        return _CallFailed(
             grpc.StatusCode.NOT_FOUND,
             f"unknown tool {call.tool_name!r}; this server offers: {self._available}",
         )
@@ -189,6 +302,22 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         self._in_flight -= 1
         if not self._in_flight and self._idle is not None:
             self._idle.set()
+
+
+def _max_result(metadata: _Metadata) -> int | None:
+    for key, value in metadata:
+        if key == MAX_RESULT_KEY:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _failed(call_id: int, code: grpc.StatusCode, message: str) -> tool_pb2.CallToolsResponse:
+    return tool_pb2.CallToolsResponse(
+        id=call_id, status=tool_pb2.CallStatus(code=code.value[0], message=message)
+    )
 
 
 async def _abort(

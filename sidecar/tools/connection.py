@@ -5,6 +5,11 @@ A background task watches the server's ``grpc.health.v1`` status. When the serve
 is picked up without restarting the sidecar. While it is not serving, its tools are left
 out of the list the model sees.
 
+Calls go on one long-lived ``CallTools`` stream when the server offers it (and
+``call_stream`` is not turned off), one ``CallTool`` each otherwise
+(:mod:`sidecar.tools.call_stream`); :meth:`ToolServerConnection.call` is the same call
+either way.
+
 With ``tls`` the channel dials TLS (mutual TLS with a certificate); when the certificate,
 key or CA files change, a new channel takes the new calls and the old one closes once
 its calls have ended. A token travels as ``authorization: Bearer …`` metadata on every
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -28,6 +33,7 @@ from sidecar.config import ToolServerConfig
 from sidecar.errors import StartupError
 from sidecar.security.tls import channel_credentials
 from sidecar.tools.breaker import CircuitBreaker
+from sidecar.tools.call_stream import CallStream, StreamedCallError
 from sidecar.types import BreakerState
 
 log = logging.getLogger(__name__)
@@ -105,6 +111,8 @@ class ToolServerConnection:
         self._files = (
             FileWatch([tls.ca_file, tls.cert_file, tls.key_file]) if tls is not None else None
         )
+        self._stream: CallStream | None = None
+        self._streams_offered = False
         self._dial()
         self._rotate_task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -132,6 +140,63 @@ class ToolServerConnection:
         self.channel = channel
         self.stub = tool_pb2_grpc.ToolServiceStub(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
+        old, self._stream = self._stream, None
+        if old is not None:
+            self._closing_stream(old)
+        if self._streams_offered:
+            self._stream = self._new_stream()
+
+    def _new_stream(self) -> CallStream:
+        return CallStream(self.stub, self.metadata, self.config.max_result_bytes)
+
+    def _closing_stream(self, stream: CallStream) -> None:
+        """Close a replaced stream once its calls have ended (a new channel's stream
+        takes the new ones)."""
+
+        async def close() -> None:
+            async with asyncio.timeout(_OLD_CHANNEL_GRACE):
+                while stream.in_flight:  # noqa: ASYNC110 - its calls end on their own
+                    await asyncio.sleep(0.1)
+            await stream.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _use_stream(self, offered: bool) -> None:
+        """The server said (at discovery) whether it serves CallTools."""
+        self._streams_offered = offered and self.config.call_stream
+        if self._streams_offered and self._stream is None:
+            self._stream = self._new_stream()
+        elif not self._streams_offered and self._stream is not None:
+            old, self._stream = self._stream, None
+            self._closing_stream(old)
+
+    async def call(
+        self,
+        request: tool_pb2.CallToolRequest,
+        timeout: float,
+        metadata: Sequence[tuple[str, str | bytes]],
+    ) -> tool_pb2.ToolResult:
+        """Run one call on the server: on its stream, or as one ``CallTool``.
+
+        Raises:
+            grpc.aio.AioRpcError: the call failed with this status.
+        """
+        stream = self._stream
+        if stream is not None:
+            try:
+                return await stream.call(request, timeout, metadata)
+            except StreamedCallError as exc:
+                if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # It said it serves the stream and does not: one call each from now on.
+                log.warning("tool server %s serves no CallTools stream; unary calls", self.name)
+                self._use_stream(False)
+        if self.metadata:
+            metadata = (*metadata, *self.metadata)
+        response = await self.stub.CallTool(request, timeout=timeout, metadata=metadata or None)
+        return response.result  # type: ignore[no-any-return]
 
     async def _rotate(self) -> None:
         """Dial anew when the TLS files change; the old channel's calls finish on it."""
@@ -183,6 +248,7 @@ class ToolServerConnection:
             log.warning("tool server %s: ListTools failed: %s", self.name, self.last_error)
             return False
         self.last_error = None
+        self._use_stream(response.call_stream)
         await self._on_discovered(self.name, response)
         self.serving = True
         self.discovered.set()
@@ -257,4 +323,6 @@ class ToolServerConnection:
                     pass
         for closing in list(self._closing):
             closing.cancel()
+        if self._stream is not None:
+            await self._stream.close()
         await self.channel.close()

@@ -549,17 +549,14 @@ class _Attempt:
         connection = self._connection
         breaker = connection.breaker
         permit = breaker.admit()
-        metadata = self._metadata
         try:
-            if connection.metadata:
-                metadata = (*metadata, *connection.metadata)
-            response = await connection.stub.CallTool(
-                self._request, timeout=remaining, metadata=metadata or None
-            )
+            result = await connection.call(self._request, remaining, self._metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             details = exc.details() or ""
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in details:
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and (
+                _TOO_LARGE in details or getattr(exc, "too_large", False)
+            ):
                 # This call's result is too large for us: the call's error, not a sign of
                 # the server's health (never retried, never counted against its breaker).
                 breaker.record_success(permit)
@@ -577,7 +574,7 @@ class _Attempt:
             breaker.release(permit)
             raise
         breaker.record_success(permit)
-        return response.result  # type: ignore[no-any-return]
+        return result
 
     def outcome(
         self,

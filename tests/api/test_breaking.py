@@ -55,8 +55,8 @@ def test_the_protos_keep_the_released_contract() -> None:
 def test_a_new_field_and_a_new_rpc_keep_the_contract(protos: Path) -> None:
     edit(
         protos / TOOL_PROTO,
-        "  string tool_set_version = 2;\n",
-        "  string tool_set_version = 2;\n  string server_version = 3;\n",
+        "  bool call_stream = 3;\n",
+        "  bool call_stream = 3;\n  string server_version = 4;\n",
     )
     edit(
         protos / TOOL_PROTO,

@@ -76,10 +76,11 @@ def messages(text: str) -> list[dict[str, Any]]:
 
 def rpc_line(method: Any) -> str:
     """grpcurl's rendering of a method, e.g. ``rpc Run ( .pkg.RunRequest ) returns (...);``."""
-    stream = "stream " if method.server_streaming else ""
+    sends = "stream " if method.client_streaming else ""
+    returns = "stream " if method.server_streaming else ""
     return (
-        f"rpc {method.name} ( .{method.input_type.full_name} ) "
-        f"returns ( {stream}.{method.output_type.full_name} );"
+        f"rpc {method.name} ( {sends}.{method.input_type.full_name} ) "
+        f"returns ( {returns}.{method.output_type.full_name} );"
     )
 
 

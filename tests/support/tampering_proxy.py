@@ -2,8 +2,9 @@
 what an attacker on the network would do, for the tests of the signed assertion.
 
 Run: ``python tests/support/tampering_proxy.py --port 0 --upstream HOST:PORT --key PEM``.
-It forwards every call (health's Watch and StreamTool as streams) and picks what to do to
-a ``CallTool`` by the tool's name:
+It forwards every call (health's Watch and StreamTool as streams, CallTools as the
+bidirectional stream it is) and picks what to do to a ``CallTool``, or to a call on a
+``CallTools`` stream (whose identity travels in the message), by the tool's name:
 
 - ``*_tamper``: the assertion's payload names another principal (the plain metadata too),
   its signature kept;
@@ -32,6 +33,7 @@ from agentsidecar.tool_identity import ASSERTION_KEY, PRINCIPAL_KEY
 from agentsidecar.v1 import tool_pb2
 
 _STREAMS = {"/grpc.health.v1.Health/Watch", "/agentsidecar.v1.ToolService/StreamTool"}
+_CALL_STREAM = "/agentsidecar.v1.ToolService/CallTools"
 _HOP = {"user-agent", "content-type", "te"}
 Metadata = list[tuple[str, str | bytes]]
 
@@ -54,6 +56,8 @@ class Proxy(grpc.GenericRpcHandler):
         method = details.method
         if method in _STREAMS:
             return grpc.unary_stream_rpc_method_handler(self._stream(method))
+        if method == _CALL_STREAM:
+            return grpc.stream_stream_rpc_method_handler(self._calls())
         return grpc.unary_unary_rpc_method_handler(self._unary(method))
 
     def _metadata(self, context: grpc.aio.ServicerContext) -> Metadata:
@@ -96,6 +100,39 @@ class Proxy(grpc.GenericRpcHandler):
             except grpc.aio.AioRpcError as exc:
                 await context.abort(exc.code(), exc.details() or "")
             return response
+
+        return handle
+
+    def _calls(self) -> Any:
+        forward = self.channel.stream_stream(_CALL_STREAM)
+
+        async def handle(
+            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[bytes]:
+            async def changed() -> AsyncIterator[bytes]:
+                async for raw in requests:
+                    message = tool_pb2.CallToolsRequest.FromString(raw)
+                    if message.HasField("call"):
+                        streamed = message.call
+                        entries: Metadata = [
+                            (k, v if k.endswith("-bin") else v.decode())
+                            for k, v in streamed.metadata.items()
+                        ]
+                        entries = self._changed(streamed.call.SerializeToString(), entries)
+                        streamed.ClearField("metadata")
+                        for key, value in entries:
+                            streamed.metadata[key] = (
+                                value if isinstance(value, bytes) else value.encode()
+                            )
+                        raw = message.SerializeToString()
+                    yield raw
+
+            call = forward(changed(), metadata=self._metadata(context))
+            try:
+                async for response in call:
+                    yield response
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
 
         return handle
 

@@ -141,8 +141,11 @@ type ListToolsResponse struct {
 	// descriptor changes, so a caller may reuse schemas it derived from an
 	// earlier answer with the same version.
 	ToolSetVersion string `protobuf:"bytes,2,opt,name=tool_set_version,json=toolSetVersion,proto3" json:"tool_set_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// True when the server serves CallTools: a caller may send its calls on
+	// one stream instead of one CallTool each. Default false.
+	CallStream    bool `protobuf:"varint,3,opt,name=call_stream,json=callStream,proto3" json:"call_stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListToolsResponse) Reset() {
@@ -187,6 +190,13 @@ func (x *ListToolsResponse) GetToolSetVersion() string {
 		return x.ToolSetVersion
 	}
 	return ""
+}
+
+func (x *ListToolsResponse) GetCallStream() bool {
+	if x != nil {
+		return x.CallStream
+	}
+	return false
 }
 
 // ToolDescriptor describes one tool: what the model is told about it, and the
@@ -856,15 +866,386 @@ func (x *ToolError) GetMessage() string {
 	return ""
 }
 
+// CallToolsRequest is one message from the caller on a CallTools stream.
+type CallToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What this message carries.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*CallToolsRequest_Call
+	//	*CallToolsRequest_Cancel
+	Event         isCallToolsRequest_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallToolsRequest) Reset() {
+	*x = CallToolsRequest{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallToolsRequest) ProtoMessage() {}
+
+func (x *CallToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallToolsRequest.ProtoReflect.Descriptor instead.
+func (*CallToolsRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CallToolsRequest) GetEvent() isCallToolsRequest_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *CallToolsRequest) GetCall() *StreamedCall {
+	if x != nil {
+		if x, ok := x.Event.(*CallToolsRequest_Call); ok {
+			return x.Call
+		}
+	}
+	return nil
+}
+
+func (x *CallToolsRequest) GetCancel() *CancelCall {
+	if x != nil {
+		if x, ok := x.Event.(*CallToolsRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isCallToolsRequest_Event interface {
+	isCallToolsRequest_Event()
+}
+
+type CallToolsRequest_Call struct {
+	// A call to run.
+	Call *StreamedCall `protobuf:"bytes,1,opt,name=call,proto3,oneof"`
+}
+
+type CallToolsRequest_Cancel struct {
+	// A call the caller no longer wants: the server stops its handler and
+	// answers it CANCELLED (unless it has finished already).
+	Cancel *CancelCall `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
+}
+
+func (*CallToolsRequest_Call) isCallToolsRequest_Event() {}
+
+func (*CallToolsRequest_Cancel) isCallToolsRequest_Event() {}
+
+// StreamedCall is one call on a CallTools stream.
+type StreamedCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's id for the call on this stream, echoed in its response:
+	// unique among the stream's calls in flight (CallToolRequest.call_id, the
+	// model's id, may repeat across runs).
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call, with the same meaning as in CallTool.
+	Call *CallToolRequest `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	// How long the call may run, counted from its arrival: past it the server
+	// stops the handler and answers DEADLINE_EXCEEDED. Unset: no limit beyond
+	// the stream's.
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// What CallTool would carry as the call's gRPC metadata: who the call
+	// serves (x-agent-principal, x-agent-session-id, x-agent-run-id,
+	// x-agent-call-id, x-agent-labels-bin, x-agent-assertion) and the trace
+	// context (traceparent, tracestate). Keys are lower case; values of keys
+	// ending in -bin are bytes, the others ASCII text.
+	Metadata      map[string][]byte `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamedCall) Reset() {
+	*x = StreamedCall{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamedCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamedCall) ProtoMessage() {}
+
+func (x *StreamedCall) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamedCall.ProtoReflect.Descriptor instead.
+func (*StreamedCall) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StreamedCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamedCall) GetCall() *CallToolRequest {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *StreamedCall) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *StreamedCall) GetMetadata() map[string][]byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// CancelCall names a call on the stream the caller no longer wants.
+type CancelCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The StreamedCall.id of the call.
+	Id            uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelCall) Reset() {
+	*x = CancelCall{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelCall) ProtoMessage() {}
+
+func (x *CancelCall) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelCall.ProtoReflect.Descriptor instead.
+func (*CancelCall) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CancelCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// CallToolsResponse answers one call on a CallTools stream.
+type CallToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The StreamedCall.id of the call it answers.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How the call ended.
+	//
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*CallToolsResponse_Result
+	//	*CallToolsResponse_Status
+	Outcome       isCallToolsResponse_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallToolsResponse) Reset() {
+	*x = CallToolsResponse{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallToolsResponse) ProtoMessage() {}
+
+func (x *CallToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallToolsResponse.ProtoReflect.Descriptor instead.
+func (*CallToolsResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CallToolsResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallToolsResponse) GetOutcome() isCallToolsResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *CallToolsResponse) GetResult() *ToolResult {
+	if x != nil {
+		if x, ok := x.Outcome.(*CallToolsResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *CallToolsResponse) GetStatus() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*CallToolsResponse_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+type isCallToolsResponse_Outcome interface {
+	isCallToolsResponse_Outcome()
+}
+
+type CallToolsResponse_Result struct {
+	// The tool ran: its output or its error, as CallTool returns them.
+	Result *ToolResult `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+type CallToolsResponse_Status struct {
+	// The call failed where CallTool would have failed with this status.
+	Status *CallStatus `protobuf:"bytes,3,opt,name=status,proto3,oneof"`
+}
+
+func (*CallToolsResponse_Result) isCallToolsResponse_Outcome() {}
+
+func (*CallToolsResponse_Status) isCallToolsResponse_Outcome() {}
+
+// CallStatus is a failed call on a CallTools stream: what CallTool would have
+// answered as a gRPC status.
+type CallStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The status code, as google.rpc.Code numbers it (5 NOT_FOUND, 3
+	// INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED, 16 UNAUTHENTICATED, 14 UNAVAILABLE,
+	// 8 RESOURCE_EXHAUSTED, 1 CANCELLED ...).
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// What went wrong, for the caller's log.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallStatus) Reset() {
+	*x = CallStatus{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallStatus) ProtoMessage() {}
+
+func (x *CallStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
+func (*CallStatus) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CallStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_agentsidecar_v1_tool_proto protoreflect.FileDescriptor
 
 const file_agentsidecar_v1_tool_proto_rawDesc = "" +
 	"\n" +
 	"\x1aagentsidecar/v1/tool.proto\x12\x0fagentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n" +
-	"\x10ListToolsRequest\"t\n" +
+	"\x10ListToolsRequest\"\x95\x01\n" +
 	"\x11ListToolsResponse\x125\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1f.agentsidecar.v1.ToolDescriptorR\x05tools\x12(\n" +
-	"\x10tool_set_version\x18\x02 \x01(\tR\x0etoolSetVersion\"\x91\x04\n" +
+	"\x10tool_set_version\x18\x02 \x01(\tR\x0etoolSetVersion\x12\x1f\n" +
+	"\vcall_stream\x18\x03 \x01(\bR\n" +
+	"callStream\"\x91\x04\n" +
 	"\x0eToolDescriptor\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -909,6 +1290,30 @@ const file_agentsidecar_v1_tool_proto_rawDesc = "" +
 	"\aoutcome\"Y\n" +
 	"\tToolError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.agentsidecar.v1.ToolErrorKindR\x04kind\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x87\x01\n" +
+	"\x10CallToolsRequest\x123\n" +
+	"\x04call\x18\x01 \x01(\v2\x1d.agentsidecar.v1.StreamedCallH\x00R\x04call\x125\n" +
+	"\x06cancel\x18\x02 \x01(\v2\x1b.agentsidecar.v1.CancelCallH\x00R\x06cancelB\a\n" +
+	"\x05event\"\x8f\x02\n" +
+	"\fStreamedCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
+	"\x04call\x18\x02 \x01(\v2 .agentsidecar.v1.CallToolRequestR\x04call\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12G\n" +
+	"\bmetadata\x18\x04 \x03(\v2+.agentsidecar.v1.StreamedCall.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x1c\n" +
+	"\n" +
+	"CancelCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\x9c\x01\n" +
+	"\x11CallToolsResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.agentsidecar.v1.ToolResultH\x00R\x06result\x125\n" +
+	"\x06status\x18\x03 \x01(\v2\x1b.agentsidecar.v1.CallStatusH\x00R\x06statusB\t\n" +
+	"\aoutcome\":\n" +
+	"\n" +
+	"CallStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage*\xfb\x01\n" +
 	"\rToolErrorKind\x12\x1f\n" +
 	"\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n" +
@@ -917,12 +1322,13 @@ const file_agentsidecar_v1_tool_proto_rawDesc = "" +
 	"\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n" +
 	"\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n" +
 	"\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n" +
-	"\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x062\x8b\x02\n" +
+	"\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x062\xe3\x02\n" +
 	"\vToolService\x12R\n" +
 	"\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n" +
 	"\bCallTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n" +
 	"\n" +
-	"StreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01B\xb0\x01\n" +
+	"StreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x12V\n" +
+	"\tCallTools\x12!.agentsidecar.v1.CallToolsRequest\x1a\".agentsidecar.v1.CallToolsResponse(\x010\x01B\xb0\x01\n" +
 	"\x13dev.agentsidecar.v1B\tToolProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03ASX\xaa\x02\x0fAgentSidecar.V1\xca\x02\x0fAgentSidecar\\V1\xea\x02\x10AgentSidecar::V1b\x06proto3"
 
 var (
@@ -938,7 +1344,7 @@ func file_agentsidecar_v1_tool_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_tool_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentsidecar_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_agentsidecar_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_agentsidecar_v1_tool_proto_goTypes = []any{
 	(ToolErrorKind)(0),          // 0: agentsidecar.v1.ToolErrorKind
 	(*ListToolsRequest)(nil),    // 1: agentsidecar.v1.ListToolsRequest
@@ -951,30 +1357,45 @@ var file_agentsidecar_v1_tool_proto_goTypes = []any{
 	(*ToolProgress)(nil),        // 8: agentsidecar.v1.ToolProgress
 	(*ToolResult)(nil),          // 9: agentsidecar.v1.ToolResult
 	(*ToolError)(nil),           // 10: agentsidecar.v1.ToolError
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(*CallToolsRequest)(nil),    // 11: agentsidecar.v1.CallToolsRequest
+	(*StreamedCall)(nil),        // 12: agentsidecar.v1.StreamedCall
+	(*CancelCall)(nil),          // 13: agentsidecar.v1.CancelCall
+	(*CallToolsResponse)(nil),   // 14: agentsidecar.v1.CallToolsResponse
+	(*CallStatus)(nil),          // 15: agentsidecar.v1.CallStatus
+	nil,                         // 16: agentsidecar.v1.StreamedCall.MetadataEntry
+	(*durationpb.Duration)(nil), // 17: google.protobuf.Duration
 }
 var file_agentsidecar_v1_tool_proto_depIdxs = []int32{
 	3,  // 0: agentsidecar.v1.ListToolsResponse.tools:type_name -> agentsidecar.v1.ToolDescriptor
-	11, // 1: agentsidecar.v1.ToolDescriptor.default_timeout:type_name -> google.protobuf.Duration
-	11, // 2: agentsidecar.v1.ToolDescriptor.cache_ttl:type_name -> google.protobuf.Duration
+	17, // 1: agentsidecar.v1.ToolDescriptor.default_timeout:type_name -> google.protobuf.Duration
+	17, // 2: agentsidecar.v1.ToolDescriptor.cache_ttl:type_name -> google.protobuf.Duration
 	9,  // 3: agentsidecar.v1.CallToolResponse.result:type_name -> agentsidecar.v1.ToolResult
 	4,  // 4: agentsidecar.v1.StreamToolRequest.call:type_name -> agentsidecar.v1.CallToolRequest
 	8,  // 5: agentsidecar.v1.StreamToolResponse.progress:type_name -> agentsidecar.v1.ToolProgress
 	9,  // 6: agentsidecar.v1.StreamToolResponse.result:type_name -> agentsidecar.v1.ToolResult
 	10, // 7: agentsidecar.v1.ToolResult.error:type_name -> agentsidecar.v1.ToolError
-	11, // 8: agentsidecar.v1.ToolResult.handler_duration:type_name -> google.protobuf.Duration
+	17, // 8: agentsidecar.v1.ToolResult.handler_duration:type_name -> google.protobuf.Duration
 	0,  // 9: agentsidecar.v1.ToolError.kind:type_name -> agentsidecar.v1.ToolErrorKind
-	1,  // 10: agentsidecar.v1.ToolService.ListTools:input_type -> agentsidecar.v1.ListToolsRequest
-	4,  // 11: agentsidecar.v1.ToolService.CallTool:input_type -> agentsidecar.v1.CallToolRequest
-	6,  // 12: agentsidecar.v1.ToolService.StreamTool:input_type -> agentsidecar.v1.StreamToolRequest
-	2,  // 13: agentsidecar.v1.ToolService.ListTools:output_type -> agentsidecar.v1.ListToolsResponse
-	5,  // 14: agentsidecar.v1.ToolService.CallTool:output_type -> agentsidecar.v1.CallToolResponse
-	7,  // 15: agentsidecar.v1.ToolService.StreamTool:output_type -> agentsidecar.v1.StreamToolResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 10: agentsidecar.v1.CallToolsRequest.call:type_name -> agentsidecar.v1.StreamedCall
+	13, // 11: agentsidecar.v1.CallToolsRequest.cancel:type_name -> agentsidecar.v1.CancelCall
+	4,  // 12: agentsidecar.v1.StreamedCall.call:type_name -> agentsidecar.v1.CallToolRequest
+	17, // 13: agentsidecar.v1.StreamedCall.timeout:type_name -> google.protobuf.Duration
+	16, // 14: agentsidecar.v1.StreamedCall.metadata:type_name -> agentsidecar.v1.StreamedCall.MetadataEntry
+	9,  // 15: agentsidecar.v1.CallToolsResponse.result:type_name -> agentsidecar.v1.ToolResult
+	15, // 16: agentsidecar.v1.CallToolsResponse.status:type_name -> agentsidecar.v1.CallStatus
+	1,  // 17: agentsidecar.v1.ToolService.ListTools:input_type -> agentsidecar.v1.ListToolsRequest
+	4,  // 18: agentsidecar.v1.ToolService.CallTool:input_type -> agentsidecar.v1.CallToolRequest
+	6,  // 19: agentsidecar.v1.ToolService.StreamTool:input_type -> agentsidecar.v1.StreamToolRequest
+	11, // 20: agentsidecar.v1.ToolService.CallTools:input_type -> agentsidecar.v1.CallToolsRequest
+	2,  // 21: agentsidecar.v1.ToolService.ListTools:output_type -> agentsidecar.v1.ListToolsResponse
+	5,  // 22: agentsidecar.v1.ToolService.CallTool:output_type -> agentsidecar.v1.CallToolResponse
+	7,  // 23: agentsidecar.v1.ToolService.StreamTool:output_type -> agentsidecar.v1.StreamToolResponse
+	14, // 24: agentsidecar.v1.ToolService.CallTools:output_type -> agentsidecar.v1.CallToolsResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_tool_proto_init() }
@@ -990,13 +1411,21 @@ func file_agentsidecar_v1_tool_proto_init() {
 		(*ToolResult_Output)(nil),
 		(*ToolResult_Error)(nil),
 	}
+	file_agentsidecar_v1_tool_proto_msgTypes[10].OneofWrappers = []any{
+		(*CallToolsRequest_Call)(nil),
+		(*CallToolsRequest_Cancel)(nil),
+	}
+	file_agentsidecar_v1_tool_proto_msgTypes[13].OneofWrappers = []any{
+		(*CallToolsResponse_Result)(nil),
+		(*CallToolsResponse_Status)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_tool_proto_rawDesc), len(file_agentsidecar_v1_tool_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

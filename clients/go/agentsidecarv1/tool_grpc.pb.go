@@ -22,6 +22,7 @@ const (
 	ToolService_ListTools_FullMethodName  = "/agentsidecar.v1.ToolService/ListTools"
 	ToolService_CallTool_FullMethodName   = "/agentsidecar.v1.ToolService/CallTool"
 	ToolService_StreamTool_FullMethodName = "/agentsidecar.v1.ToolService/StreamTool"
+	ToolService_CallTools_FullMethodName  = "/agentsidecar.v1.ToolService/CallTools"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -62,6 +63,22 @@ type ToolServiceClient interface {
 	// message) while the call's deadline stays the absolute cap. A tool that
 	// reports no progress sends only its result.
 	StreamTool(ctx context.Context, in *StreamToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamToolResponse], error)
+	// CallTools carries many calls on one long-lived stream, each as CallTool
+	// would run it, for a fraction of what a call each costs both sides (no
+	// call set up and torn down per tool call).
+	//
+	// The caller sends each call (with its own id, timeout and metadata) and
+	// may cancel one; calls run concurrently, and the server answers each with
+	// exactly one CallToolsResponse, in the order they finish. A call fails with
+	// a CallStatus where CallTool would fail with a gRPC status. The stream's
+	// own metadata authenticates the caller (the bearer token); each call's
+	// identity and trace context travel in its StreamedCall.metadata. When the
+	// caller closes its side, the server finishes the calls it has and ends the
+	// stream; while it drains, it answers new calls UNAVAILABLE.
+	//
+	// Optional: a server that serves it sets ListToolsResponse.call_stream, and
+	// a caller sends any other server's calls with CallTool.
+	CallTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallToolsRequest, CallToolsResponse], error)
 }
 
 type toolServiceClient struct {
@@ -111,6 +128,19 @@ func (c *toolServiceClient) StreamTool(ctx context.Context, in *StreamToolReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_StreamToolClient = grpc.ServerStreamingClient[StreamToolResponse]
 
+func (c *toolServiceClient) CallTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallToolsRequest, CallToolsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ToolService_ServiceDesc.Streams[1], ToolService_CallTools_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallToolsRequest, CallToolsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_CallToolsClient = grpc.BidiStreamingClient[CallToolsRequest, CallToolsResponse]
+
 // ToolServiceServer is the server API for ToolService service.
 // All implementations must embed UnimplementedToolServiceServer
 // for forward compatibility.
@@ -149,6 +179,22 @@ type ToolServiceServer interface {
 	// message) while the call's deadline stays the absolute cap. A tool that
 	// reports no progress sends only its result.
 	StreamTool(*StreamToolRequest, grpc.ServerStreamingServer[StreamToolResponse]) error
+	// CallTools carries many calls on one long-lived stream, each as CallTool
+	// would run it, for a fraction of what a call each costs both sides (no
+	// call set up and torn down per tool call).
+	//
+	// The caller sends each call (with its own id, timeout and metadata) and
+	// may cancel one; calls run concurrently, and the server answers each with
+	// exactly one CallToolsResponse, in the order they finish. A call fails with
+	// a CallStatus where CallTool would fail with a gRPC status. The stream's
+	// own metadata authenticates the caller (the bearer token); each call's
+	// identity and trace context travel in its StreamedCall.metadata. When the
+	// caller closes its side, the server finishes the calls it has and ends the
+	// stream; while it drains, it answers new calls UNAVAILABLE.
+	//
+	// Optional: a server that serves it sets ListToolsResponse.call_stream, and
+	// a caller sends any other server's calls with CallTool.
+	CallTools(grpc.BidiStreamingServer[CallToolsRequest, CallToolsResponse]) error
 	mustEmbedUnimplementedToolServiceServer()
 }
 
@@ -167,6 +213,9 @@ func (UnimplementedToolServiceServer) CallTool(context.Context, *CallToolRequest
 }
 func (UnimplementedToolServiceServer) StreamTool(*StreamToolRequest, grpc.ServerStreamingServer[StreamToolResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamTool not implemented")
+}
+func (UnimplementedToolServiceServer) CallTools(grpc.BidiStreamingServer[CallToolsRequest, CallToolsResponse]) error {
+	return status.Error(codes.Unimplemented, "method CallTools not implemented")
 }
 func (UnimplementedToolServiceServer) mustEmbedUnimplementedToolServiceServer() {}
 func (UnimplementedToolServiceServer) testEmbeddedByValue()                     {}
@@ -236,6 +285,13 @@ func _ToolService_StreamTool_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_StreamToolServer = grpc.ServerStreamingServer[StreamToolResponse]
 
+func _ToolService_CallTools_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ToolServiceServer).CallTools(&grpc.GenericServerStream[CallToolsRequest, CallToolsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_CallToolsServer = grpc.BidiStreamingServer[CallToolsRequest, CallToolsResponse]
+
 // ToolService_ServiceDesc is the grpc.ServiceDesc for ToolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -257,6 +313,12 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "StreamTool",
 			Handler:       _ToolService_StreamTool_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "CallTools",
+			Handler:       _ToolService_CallTools_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "agentsidecar/v1/tool.proto",

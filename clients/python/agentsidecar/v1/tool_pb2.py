@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"t\n\x11ListToolsResponse\x12\x35\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptorR\x05tools\x12(\n\x10tool_set_version\x18\x02 \x01(\tR\x0etoolSetVersion\"\x91\x04\n\x0eToolDescriptor\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12!\n\x0cinput_schema\x18\x03 \x01(\tR\x0binputSchema\x12#\n\routput_schema\x18\x04 \x01(\tR\x0coutputSchema\x12\x1b\n\tread_only\x18\x05 \x01(\x08R\x08readOnly\x12\x1e\n\nidempotent\x18\x06 \x01(\x08R\nidempotent\x12 \n\x0b\x64\x65structive\x18\x07 \x01(\x08R\x0b\x64\x65structive\x12+\n\x11requires_approval\x18\x08 \x01(\x08R\x10requiresApproval\x12\x1b\n\tread_keys\x18\t \x03(\tR\x08readKeys\x12\x1d\n\nwrite_keys\x18\n \x03(\tR\twriteKeys\x12\x42\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.DurationR\x0e\x64\x65\x66\x61ultTimeout\x12\x36\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x63\x61\x63heTtl\x12\x18\n\x07version\x18\r \x01(\tR\x07version\x12#\n\rresult_fields\x18\x0e \x03(\tR\x0cresultFields\"e\n\x0f\x43\x61llToolRequest\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"G\n\x10\x43\x61llToolResponse\x12\x33\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultR\x06result\"I\n\x11StreamToolRequest\x12\x34\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequestR\x04\x63\x61ll\"\x91\x01\n\x12StreamToolResponse\x12;\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00R\x08progress\x12\x35\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00R\x06resultB\x07\n\x05\x65vent\"Z\n\x0cToolProgress\x12\x1a\n\x08progress\x18\x01 \x01(\x01R\x08progress\x12\x14\n\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"\xc4\x01\n\nToolResult\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x18\n\x06output\x18\x02 \x01(\tH\x00R\x06output\x12\x32\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00R\x05\x65rror\x12\x44\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0fhandlerDurationB\t\n\x07outcome\"Y\n\tToolError\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKindR\x04kind\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\x8b\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x42\xb0\x01\n\x13\x64\x65v.agentsidecar.v1B\tToolProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03\x41SX\xaa\x02\x0f\x41gentSidecar.V1\xca\x02\x0f\x41gentSidecar\\V1\xea\x02\x10\x41gentSidecar::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentsidecar/v1/tool.proto\x12\x0f\x61gentsidecar.v1\x1a\x1egoogle/protobuf/duration.proto\"\x12\n\x10ListToolsRequest\"\x95\x01\n\x11ListToolsResponse\x12\x35\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.agentsidecar.v1.ToolDescriptorR\x05tools\x12(\n\x10tool_set_version\x18\x02 \x01(\tR\x0etoolSetVersion\x12\x1f\n\x0b\x63\x61ll_stream\x18\x03 \x01(\x08R\ncallStream\"\x91\x04\n\x0eToolDescriptor\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12!\n\x0cinput_schema\x18\x03 \x01(\tR\x0binputSchema\x12#\n\routput_schema\x18\x04 \x01(\tR\x0coutputSchema\x12\x1b\n\tread_only\x18\x05 \x01(\x08R\x08readOnly\x12\x1e\n\nidempotent\x18\x06 \x01(\x08R\nidempotent\x12 \n\x0b\x64\x65structive\x18\x07 \x01(\x08R\x0b\x64\x65structive\x12+\n\x11requires_approval\x18\x08 \x01(\x08R\x10requiresApproval\x12\x1b\n\tread_keys\x18\t \x03(\tR\x08readKeys\x12\x1d\n\nwrite_keys\x18\n \x03(\tR\twriteKeys\x12\x42\n\x0f\x64\x65\x66\x61ult_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.DurationR\x0e\x64\x65\x66\x61ultTimeout\x12\x36\n\tcache_ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x63\x61\x63heTtl\x12\x18\n\x07version\x18\r \x01(\tR\x07version\x12#\n\rresult_fields\x18\x0e \x03(\tR\x0cresultFields\"e\n\x0f\x43\x61llToolRequest\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"G\n\x10\x43\x61llToolResponse\x12\x33\n\x06result\x18\x01 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultR\x06result\"I\n\x11StreamToolRequest\x12\x34\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequestR\x04\x63\x61ll\"\x91\x01\n\x12StreamToolResponse\x12;\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.ToolProgressH\x00R\x08progress\x12\x35\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00R\x06resultB\x07\n\x05\x65vent\"Z\n\x0cToolProgress\x12\x1a\n\x08progress\x18\x01 \x01(\x01R\x08progress\x12\x14\n\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"\xc4\x01\n\nToolResult\x12\x17\n\x07\x63\x61ll_id\x18\x01 \x01(\tR\x06\x63\x61llId\x12\x18\n\x06output\x18\x02 \x01(\tH\x00R\x06output\x12\x32\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.agentsidecar.v1.ToolErrorH\x00R\x05\x65rror\x12\x44\n\x10handler_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0fhandlerDurationB\t\n\x07outcome\"Y\n\tToolError\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentsidecar.v1.ToolErrorKindR\x04kind\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\"\x87\x01\n\x10\x43\x61llToolsRequest\x12\x33\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.agentsidecar.v1.StreamedCallH\x00R\x04\x63\x61ll\x12\x35\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.CancelCallH\x00R\x06\x63\x61ncelB\x07\n\x05\x65vent\"\x8f\x02\n\x0cStreamedCall\x12\x0e\n\x02id\x18\x01 \x01(\x04R\x02id\x12\x34\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32 .agentsidecar.v1.CallToolRequestR\x04\x63\x61ll\x12\x33\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x07timeout\x12G\n\x08metadata\x18\x04 \x03(\x0b\x32+.agentsidecar.v1.StreamedCall.MetadataEntryR\x08metadata\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\x0cR\x05value:\x02\x38\x01\"\x1c\n\nCancelCall\x12\x0e\n\x02id\x18\x01 \x01(\x04R\x02id\"\x9c\x01\n\x11\x43\x61llToolsResponse\x12\x0e\n\x02id\x18\x01 \x01(\x04R\x02id\x12\x35\n\x06result\x18\x02 \x01(\x0b\x32\x1b.agentsidecar.v1.ToolResultH\x00R\x06result\x12\x35\n\x06status\x18\x03 \x01(\x0b\x32\x1b.agentsidecar.v1.CallStatusH\x00R\x06statusB\t\n\x07outcome\":\n\nCallStatus\x12\x12\n\x04\x63ode\x18\x01 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message*\xfb\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12%\n!TOOL_ERROR_KIND_INVALID_ARGUMENTS\x10\x01\x12$\n TOOL_ERROR_KIND_EXECUTION_FAILED\x10\x02\x12\x1d\n\x19TOOL_ERROR_KIND_TIMED_OUT\x10\x03\x12\x1f\n\x1bTOOL_ERROR_KIND_UNAVAILABLE\x10\x04\x12\x1a\n\x16TOOL_ERROR_KIND_DENIED\x10\x05\x12 \n\x1cTOOL_ERROR_KIND_UNKNOWN_TOOL\x10\x06\x32\xe3\x02\n\x0bToolService\x12R\n\tListTools\x12!.agentsidecar.v1.ListToolsRequest\x1a\".agentsidecar.v1.ListToolsResponse\x12O\n\x08\x43\x61llTool\x12 .agentsidecar.v1.CallToolRequest\x1a!.agentsidecar.v1.CallToolResponse\x12W\n\nStreamTool\x12\".agentsidecar.v1.StreamToolRequest\x1a#.agentsidecar.v1.StreamToolResponse0\x01\x12V\n\tCallTools\x12!.agentsidecar.v1.CallToolsRequest\x1a\".agentsidecar.v1.CallToolsResponse(\x01\x30\x01\x42\xb0\x01\n\x13\x64\x65v.agentsidecar.v1B\tToolProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03\x41SX\xaa\x02\x0f\x41gentSidecar.V1\xca\x02\x0f\x41gentSidecar\\V1\xea\x02\x10\x41gentSidecar::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,28 +33,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentsidecar.v1.tool_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\023dev.agentsidecar.v1B\tToolProtoP\001ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\242\002\003ASX\252\002\017AgentSidecar.V1\312\002\017AgentSidecar\\V1\352\002\020AgentSidecar::V1'
-  _globals['_TOOLERRORKIND']._serialized_start=1531
-  _globals['_TOOLERRORKIND']._serialized_end=1782
+  _globals['_STREAMEDCALL_METADATAENTRY']._loaded_options = None
+  _globals['_STREAMEDCALL_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_TOOLERRORKIND']._serialized_start=2226
+  _globals['_TOOLERRORKIND']._serialized_end=2477
   _globals['_LISTTOOLSREQUEST']._serialized_start=79
   _globals['_LISTTOOLSREQUEST']._serialized_end=97
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=99
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=215
-  _globals['_TOOLDESCRIPTOR']._serialized_start=218
-  _globals['_TOOLDESCRIPTOR']._serialized_end=747
-  _globals['_CALLTOOLREQUEST']._serialized_start=749
-  _globals['_CALLTOOLREQUEST']._serialized_end=850
-  _globals['_CALLTOOLRESPONSE']._serialized_start=852
-  _globals['_CALLTOOLRESPONSE']._serialized_end=923
-  _globals['_STREAMTOOLREQUEST']._serialized_start=925
-  _globals['_STREAMTOOLREQUEST']._serialized_end=998
-  _globals['_STREAMTOOLRESPONSE']._serialized_start=1001
-  _globals['_STREAMTOOLRESPONSE']._serialized_end=1146
-  _globals['_TOOLPROGRESS']._serialized_start=1148
-  _globals['_TOOLPROGRESS']._serialized_end=1238
-  _globals['_TOOLRESULT']._serialized_start=1241
-  _globals['_TOOLRESULT']._serialized_end=1437
-  _globals['_TOOLERROR']._serialized_start=1439
-  _globals['_TOOLERROR']._serialized_end=1528
-  _globals['_TOOLSERVICE']._serialized_start=1785
-  _globals['_TOOLSERVICE']._serialized_end=2052
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=100
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=249
+  _globals['_TOOLDESCRIPTOR']._serialized_start=252
+  _globals['_TOOLDESCRIPTOR']._serialized_end=781
+  _globals['_CALLTOOLREQUEST']._serialized_start=783
+  _globals['_CALLTOOLREQUEST']._serialized_end=884
+  _globals['_CALLTOOLRESPONSE']._serialized_start=886
+  _globals['_CALLTOOLRESPONSE']._serialized_end=957
+  _globals['_STREAMTOOLREQUEST']._serialized_start=959
+  _globals['_STREAMTOOLREQUEST']._serialized_end=1032
+  _globals['_STREAMTOOLRESPONSE']._serialized_start=1035
+  _globals['_STREAMTOOLRESPONSE']._serialized_end=1180
+  _globals['_TOOLPROGRESS']._serialized_start=1182
+  _globals['_TOOLPROGRESS']._serialized_end=1272
+  _globals['_TOOLRESULT']._serialized_start=1275
+  _globals['_TOOLRESULT']._serialized_end=1471
+  _globals['_TOOLERROR']._serialized_start=1473
+  _globals['_TOOLERROR']._serialized_end=1562
+  _globals['_CALLTOOLSREQUEST']._serialized_start=1565
+  _globals['_CALLTOOLSREQUEST']._serialized_end=1700
+  _globals['_STREAMEDCALL']._serialized_start=1703
+  _globals['_STREAMEDCALL']._serialized_end=1974
+  _globals['_STREAMEDCALL_METADATAENTRY']._serialized_start=1915
+  _globals['_STREAMEDCALL_METADATAENTRY']._serialized_end=1974
+  _globals['_CANCELCALL']._serialized_start=1976
+  _globals['_CANCELCALL']._serialized_end=2004
+  _globals['_CALLTOOLSRESPONSE']._serialized_start=2007
+  _globals['_CALLTOOLSRESPONSE']._serialized_end=2163
+  _globals['_CALLSTATUS']._serialized_start=2165
+  _globals['_CALLSTATUS']._serialized_end=2223
+  _globals['_TOOLSERVICE']._serialized_start=2480
+  _globals['_TOOLSERVICE']._serialized_end=2835
 # @@protoc_insertion_point(module_scope)

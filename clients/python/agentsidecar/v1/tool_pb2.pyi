@@ -32,12 +32,14 @@ class ListToolsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ("tools", "tool_set_version")
+    __slots__ = ("tools", "tool_set_version", "call_stream")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_SET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CALL_STREAM_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedCompositeFieldContainer[ToolDescriptor]
     tool_set_version: str
-    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDescriptor, _Mapping]]] = ..., tool_set_version: _Optional[str] = ...) -> None: ...
+    call_stream: bool
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolDescriptor, _Mapping]]] = ..., tool_set_version: _Optional[str] = ..., call_stream: _Optional[bool] = ...) -> None: ...
 
 class ToolDescriptor(_message.Message):
     __slots__ = ("name", "description", "input_schema", "output_schema", "read_only", "idempotent", "destructive", "requires_approval", "read_keys", "write_keys", "default_timeout", "cache_ttl", "version", "result_fields")
@@ -130,3 +132,54 @@ class ToolError(_message.Message):
     kind: ToolErrorKind
     message: str
     def __init__(self, kind: _Optional[_Union[ToolErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CallToolsRequest(_message.Message):
+    __slots__ = ("call", "cancel")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    call: StreamedCall
+    cancel: CancelCall
+    def __init__(self, call: _Optional[_Union[StreamedCall, _Mapping]] = ..., cancel: _Optional[_Union[CancelCall, _Mapping]] = ...) -> None: ...
+
+class StreamedCall(_message.Message):
+    __slots__ = ("id", "call", "timeout", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    call: CallToolRequest
+    timeout: _duration_pb2.Duration
+    metadata: _containers.ScalarMap[str, bytes]
+    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[CallToolRequest, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
+
+class CancelCall(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class CallToolsResponse(_message.Message):
+    __slots__ = ("id", "result", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    result: ToolResult
+    status: CallStatus
+    def __init__(self, id: _Optional[int] = ..., result: _Optional[_Union[ToolResult, _Mapping]] = ..., status: _Optional[_Union[CallStatus, _Mapping]] = ...) -> None: ...
+
+class CallStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

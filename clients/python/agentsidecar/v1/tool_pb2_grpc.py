@@ -64,6 +64,11 @@ class ToolServiceStub:
                 request_serializer=agentsidecar_dot_v1_dot_tool__pb2.StreamToolRequest.SerializeToString,
                 response_deserializer=agentsidecar_dot_v1_dot_tool__pb2.StreamToolResponse.FromString,
                 _registered_method=True)
+        self.CallTools = channel.stream_stream(
+                '/agentsidecar.v1.ToolService/CallTools',
+                request_serializer=agentsidecar_dot_v1_dot_tool__pb2.CallToolsRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_tool__pb2.CallToolsResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -117,6 +122,27 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CallTools(self, request_iterator, context):
+        """CallTools carries many calls on one long-lived stream, each as CallTool
+        would run it, for a fraction of what a call each costs both sides (no
+        call set up and torn down per tool call).
+
+        The caller sends each call (with its own id, timeout and metadata) and
+        may cancel one; calls run concurrently, and the server answers each with
+        exactly one CallToolsResponse, in the order they finish. A call fails with
+        a CallStatus where CallTool would fail with a gRPC status. The stream's
+        own metadata authenticates the caller (the bearer token); each call's
+        identity and trace context travel in its StreamedCall.metadata. When the
+        caller closes its side, the server finishes the calls it has and ends the
+        stream; while it drains, it answers new calls UNAVAILABLE.
+
+        Optional: a server that serves it sets ListToolsResponse.call_stream, and
+        a caller sends any other server's calls with CallTool.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -134,6 +160,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.StreamTool,
                     request_deserializer=agentsidecar_dot_v1_dot_tool__pb2.StreamToolRequest.FromString,
                     response_serializer=agentsidecar_dot_v1_dot_tool__pb2.StreamToolResponse.SerializeToString,
+            ),
+            'CallTools': grpc.stream_stream_rpc_method_handler(
+                    servicer.CallTools,
+                    request_deserializer=agentsidecar_dot_v1_dot_tool__pb2.CallToolsRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_tool__pb2.CallToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -232,6 +263,33 @@ class ToolService:
             '/agentsidecar.v1.ToolService/StreamTool',
             agentsidecar_dot_v1_dot_tool__pb2.StreamToolRequest.SerializeToString,
             agentsidecar_dot_v1_dot_tool__pb2.StreamToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallTools(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/agentsidecar.v1.ToolService/CallTools',
+            agentsidecar_dot_v1_dot_tool__pb2.CallToolsRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_tool__pb2.CallToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,
