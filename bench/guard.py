@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,14 +36,26 @@ from bench.workload import ZERO
 from sidecar.testing import ServerProcess
 
 BUDGET_FILE = Path(__file__).with_name("guard.json")
+_FLOOR_RUNS = 4  # floor runs per sidecar run in a round: about as long on the clock
+
+
+HANDICAP = Path(__file__).with_name("handicap")
 
 
 class _Stack:
-    """A sidecar and its tool server, from this tree or another."""
+    """A sidecar and its tool server, from this tree or another; ``handicap_ms`` of CPU
+    added to each turn (:mod:`bench.handicap.sitecustomize`)."""
 
-    def __init__(self, sim: ServerProcess, workdir: Path, source: Path | None) -> None:
+    def __init__(
+        self, sim: ServerProcess, workdir: Path, source: Path | None, handicap_ms: float = 0
+    ) -> None:
         self.tools = processes.shop(ZERO.tool_ms, source=source)
-        self.sidecar = processes.sidecar(sim, [("shop", self.tools)], workdir, source=source)
+        env = None
+        if handicap_ms:
+            env = {"PYTHONPATH": str(HANDICAP), "AGENT_SIDECAR_HANDICAP_MS": str(handicap_ms)}
+        self.sidecar = processes.sidecar(
+            sim, [("shop", self.tools)], workdir, source=source, env=env
+        )
 
     def stop(self) -> None:
         self.sidecar.stop()
@@ -66,22 +80,82 @@ def _floor_round(worker: processes.Worker, sim_url: str, runs: int) -> float:
     return float(result["cpu_s"]) / runs * 1000
 
 
+def _pin(pid: int, cpu: int) -> None:
+    """Keep every thread of a process on one CPU."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cpu})
+
+
+def _beside_floor(
+    stack: _Stack, workers: dict[str, processes.Worker], floor_url: str, runs: int
+) -> dict[str, float]:
+    """One stack's round, with the floor running on the other core at the same time: the
+    machine's speed of the moment moves both."""
+    floor: list[float] = []
+    beside = threading.Thread(
+        target=lambda: floor.append(_floor_round(workers["floor"], floor_url, runs * _FLOOR_RUNS))
+    )
+    beside.start()
+    try:
+        figures = _sidecar_round(stack, workers["sidecar"], runs)
+    finally:
+        beside.join()
+    figures["floor_ms"] = floor[0]
+    figures["ratio"] = (figures["sidecar_ms"] + figures["tools_ms"]) / floor[0]
+    return figures
+
+
 def run(
-    rounds: int, runs: int, warmup: int, baseline: Path | None = None
+    rounds: int,
+    runs: int,
+    warmup: int,
+    baseline: Path | None = None,
+    instances: int = 3,
+    verbose: bool = False,
+    handicap_ms: float = 0,
 ) -> list[dict[str, float]]:
-    """Measure ``rounds`` interleaved rounds; return each round's figures (with
-    ``baseline``, its sidecar's under ``baseline_*``)."""
+    """Measure ``rounds`` rounds, spread over ``instances`` fresh sets of processes;
+    return each round's figures (with ``baseline``, its stack's under ``baseline_*``)."""
+    found: list[dict[str, float]] = []
+    for instance in range(instances):
+        share = rounds // instances + (instance < rounds % instances)
+        found += _instance(share, runs, warmup, baseline, verbose, len(found), rounds, handicap_ms)
+    return found
+
+
+def _instance(
+    rounds: int,
+    runs: int,
+    warmup: int,
+    baseline: Path | None,
+    verbose: bool,
+    done: int,
+    total: int,
+    handicap_ms: float,
+) -> list[dict[str, float]]:
+    """Rounds on one set of processes. A process's CPU per run keeps a bias of its own
+    for its life (memory layout, hash seeds): the guard's rounds span several."""
     with tempfile.TemporaryDirectory() as tmp:
-        sim = processes.simulator()
-        stacks = {"": _Stack(sim, Path(tmp), None)}
+        sim, floor_sim = processes.simulator(), processes.simulator()
+        stacks = {"": _Stack(sim, Path(tmp), None, handicap_ms)}
         if baseline is not None:
             stacks["baseline_"] = _Stack(sim, Path(tmp), baseline)
         workers = {name: processes.Worker(name) for name in ("sidecar", "floor")}
-        sim_url = f"http://{sim.address}/openai/v1"
+        floor_url = f"http://{floor_sim.address}/openai/v1"
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) >= 2:
+            # The stack on one CPU, the floor on another: each pipeline's processes take
+            # turns (concurrency 1), and neither pays for the other's cache or wake-ups.
+            pids = [sim.pid, workers["sidecar"].popen.pid]
+            pids += [p.pid for stack in stacks.values() for p in (stack.sidecar, stack.tools)]
+            for pid in pids:
+                _pin(pid, cpus[0])
+            for pid in (floor_sim.pid, workers["floor"].popen.pid):
+                _pin(pid, cpus[1])
         try:
             for stack in stacks.values():  # connections, caches, first-call costs
                 _sidecar_round(stack, workers["sidecar"], warmup)
-            _floor_round(workers["floor"], sim_url, warmup)
+            _floor_round(workers["floor"], floor_url, warmup * _FLOOR_RUNS)
             found = []
             for number in range(rounds):
                 figures: dict[str, float] = {}
@@ -89,23 +163,11 @@ def run(
                 if number % 2:
                     order.reverse()  # neither stack always runs first
                 for prefix, stack in order:
-                    measured = _sidecar_round(stack, workers["sidecar"], runs)
+                    measured = _beside_floor(stack, workers, floor_url, runs)
                     figures.update({prefix + k: v for k, v in measured.items()})
-                figures["floor_ms"] = _floor_round(workers["floor"], sim_url, runs)
-                for prefix in stacks:
-                    total = figures[prefix + "sidecar_ms"] + figures[prefix + "tools_ms"]
-                    figures[prefix + "ratio"] = total / figures["floor_ms"]
                 found.append(figures)
-                line = ", ".join(
-                    f"{label}{figures[p + 'sidecar_ms']:.2f} + {figures[p + 'tools_ms']:.2f} ms "
-                    f"= {figures[p + 'ratio']:.2f}x"
-                    for p, label in (("", ""), ("baseline_", "baseline "))
-                    if p in stacks
-                )
-                print(
-                    f"round {number + 1:2d}/{rounds}: {line} (floor {figures['floor_ms']:.3f} ms)",
-                    flush=True,
-                )
+                if verbose:
+                    print(_round_line(done + number, total, figures, stacks), flush=True)
             return found
         finally:
             for worker in workers.values():
@@ -113,6 +175,19 @@ def run(
             for stack in stacks.values():
                 stack.stop()
             sim.stop()
+            floor_sim.stop()
+
+
+def _round_line(
+    number: int, rounds: int, figures: dict[str, float], stacks: dict[str, _Stack]
+) -> str:
+    line = ", ".join(
+        f"{label}{figures[p + 'sidecar_ms']:.2f} + {figures[p + 'tools_ms']:.2f} ms "
+        f"= {figures[p + 'ratio']:.2f}x the floor's {figures[p + 'floor_ms']:.3f}"
+        for p, label in (("", ""), ("baseline_", "baseline "))
+        if p in stacks
+    )
+    return f"round {number + 1:3d}/{rounds}: {line}"
 
 
 def summary(found: list[dict[str, float]]) -> dict[str, Any]:
@@ -122,18 +197,37 @@ def summary(found: list[dict[str, float]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (odd)")
-    parser.add_argument("--runs", type=int, default=300, help="turns per contender and round")
-    parser.add_argument("--warmup", type=int, default=100, help="turns before measuring")
+    parser.add_argument("--rounds", type=int, default=101, help="rounds (odd)")
+    parser.add_argument("--runs", type=int, default=50, help="sidecar turns per round")
+    parser.add_argument("--warmup", type=int, default=200, help="turns before measuring")
     parser.add_argument("--budget", type=float, help="fail above this ratio (default: guard.json)")
     parser.add_argument("--baseline", type=Path, help="another source tree, measured alongside")
+    parser.add_argument(
+        "--instances", type=int, default=3, help="fresh sets of processes the rounds span"
+    )
+    parser.add_argument(
+        "--handicap",
+        type=float,
+        default=0,
+        metavar="MS",
+        help="make this tree's sidecar burn MS more CPU per turn (proves the guard fails)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="print every round")
     parser.add_argument("--json", help="write the rounds and their medians here")
     args = parser.parse_args(argv)
     budget = (
         args.budget if args.budget is not None else json.loads(BUDGET_FILE.read_text())["budget"]
     )
     started = time.perf_counter()
-    found = run(args.rounds, args.runs, args.warmup, args.baseline)
+    found = run(
+        args.rounds,
+        args.runs,
+        args.warmup,
+        baseline=args.baseline,
+        instances=args.instances,
+        verbose=args.verbose,
+        handicap_ms=args.handicap,
+    )
     medians = summary(found)
     ratios = [f["ratio"] for f in found]
     print(
