@@ -146,15 +146,11 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> None:
         """Many calls on one stream: each runs in a task of its own and is answered when it
-        ends; a cancel stops its call; the caller's half-close ends the stream once the
-        calls it sent are answered."""
-        limit = _max_result(context.invocation_metadata() or ())
+        ends (answers ready together share a message); a cancel stops its call; the
+        caller's half-close ends the stream once the calls it sent are answered."""
+        answers = _Answers(context, _max_result(context.invocation_metadata() or ()))
         running: dict[int, asyncio.Task[None]] = {}
-        writing = asyncio.Lock()  # one write at a time on the stream
-
-        async def answer(response: tool_pb2.CallToolsResponse) -> None:
-            async with writing:
-                await context.write(response)
+        loop = asyncio.get_running_loop()
 
         async def run(streamed: tool_pb2.StreamedCall) -> None:
             deadline = None
@@ -165,38 +161,30 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
                 result = await self._call(
                     streamed.call, call_context, call_context.invocation_metadata(), None
                 )
-                response = tool_pb2.CallToolsResponse(id=streamed.id, result=result)
-                if limit is not None and response.ByteSize() > limit:
-                    raise _CallFailed(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"the result is {response.ByteSize()} bytes; the caller accepts {limit}",
-                    )
+                answer = tool_pb2.CallAnswer(id=streamed.id, result=result)
             except _CallFailed as exc:
-                response = _failed(streamed.id, exc.code, exc.message)
+                answer = _failed(streamed.id, exc.code, exc.message)
             except asyncio.CancelledError:
-                response = _failed(streamed.id, grpc.StatusCode.CANCELLED, "the caller cancelled")
+                answer = _failed(streamed.id, grpc.StatusCode.CANCELLED, "the caller cancelled")
             finally:
                 running.pop(streamed.id, None)
-            try:
-                await answer(response)
-            except Exception:  # the stream ended first: nobody is left to answer
-                logger.debug("call %d on a closed stream not answered", streamed.id)
+            answers.send(answer)
 
         try:
             async for request in requests:
-                if request.HasField("call"):
-                    streamed = request.call
-                    task = asyncio.get_running_loop().create_task(run(streamed))
-                    running[streamed.id] = task
-                elif request.HasField("cancel"):
-                    cancelled = running.get(request.cancel.id)
+                for streamed in request.calls:
+                    running[streamed.id] = loop.create_task(run(streamed))
+                for call_id in request.cancels:
+                    cancelled = running.get(call_id)
                     if cancelled is not None:
                         cancelled.cancel()
             # The caller closed its side: answer what it sent, then end the stream.
             await asyncio.gather(*running.values(), return_exceptions=True)
+            await answers.flushed()
         finally:
             for task in running.values():  # the stream broke: nobody reads the answers
                 task.cancel()
+            answers.close()
 
     async def _call(
         self,
@@ -314,10 +302,77 @@ def _max_result(metadata: _Metadata) -> int | None:
     return None
 
 
-def _failed(call_id: int, code: grpc.StatusCode, message: str) -> tool_pb2.CallToolsResponse:
-    return tool_pb2.CallToolsResponse(
+def _failed(call_id: int, code: grpc.StatusCode, message: str) -> tool_pb2.CallAnswer:
+    return tool_pb2.CallAnswer(
         id=call_id, status=tool_pb2.CallStatus(code=code.value[0], message=message)
     )
+
+
+class _Answers:
+    """The answers of one ``CallTools`` stream, written in batches: those ready together
+    (a step's calls that finish in the same turn of the event loop) share one message, and
+    those ready while a write is under way leave together after it. A message stays
+    within the size the caller accepts; an answer alone larger than that is that call's
+    RESOURCE_EXHAUSTED, never sent (it would end the whole stream)."""
+
+    def __init__(self, context: grpc.aio.ServicerContext, limit: int | None) -> None:
+        self._context = context
+        # The caller's limit, less what the response and the answer's field take.
+        self._limit = limit - 16 if limit is not None else None
+        self._ready: list[tool_pb2.CallAnswer] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._broken = False
+
+    def send(self, answer: tool_pb2.CallAnswer) -> None:
+        if self._broken:
+            logger.debug("call %d on a closed stream not answered", answer.id)
+            return
+        if self._limit is not None and answer.ByteSize() > self._limit:
+            size = answer.ByteSize()
+            answer = _failed(
+                answer.id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the result is {size} bytes; the caller accepts {self._limit + 16}",
+            )
+        self._ready.append(answer)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        try:
+            while self._ready:
+                await self._context.write(self._batch())
+        except Exception:  # the stream ended first: nobody is left to answer
+            self._broken = True
+            logger.debug("%d answers on a closed stream not sent", len(self._ready))
+            self._ready.clear()
+        finally:
+            self._writer = None
+
+    def _batch(self) -> tool_pb2.CallToolsResponse:
+        """The next message: ready answers up to the caller's limit (at least one)."""
+        if self._limit is None:
+            batch, self._ready = self._ready, []
+            return tool_pb2.CallToolsResponse(answers=batch)
+        taken, size = 0, 0
+        for answer in self._ready:
+            size += answer.ByteSize() + 8  # the field's tag and length
+            if size > self._limit and taken:
+                break
+            taken += 1
+        batch, self._ready = self._ready[:taken], self._ready[taken:]
+        return tool_pb2.CallToolsResponse(answers=batch)
+
+    async def flushed(self) -> None:
+        """Wait until every answer sent so far is written (or cannot be)."""
+        while self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    def close(self) -> None:
+        """The stream has ended: answers from now on go nowhere."""
+        self._broken = True
+        if self._writer is not None:
+            self._writer.cancel()
 
 
 async def _abort(

@@ -8,6 +8,10 @@ its calls on one stream the sidecar keeps open: each call carries its own id, ti
 metadata (the caller's identity, the trace context); the server answers each, in the order
 they finish; a cancelled or timed-out call is cancelled on the server too.
 
+Calls that leave together (a step's, dispatched in the same turn of the event loop) go in
+one message, and answers that are ready together come back in one: a step of three calls
+costs each side one write and one read instead of three.
+
 To dispatch it is the same call: a call that fails here raises the ``AioRpcError`` a
 unary call would (the status the server gave the call, or UNAVAILABLE when the stream
 broke), so breakers, retries and outcomes treat both alike. A broken stream fails the
@@ -47,8 +51,17 @@ class StreamedCallError(grpc.aio.AioRpcError):  # type: ignore[misc]
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
+_BATCH_BYTES = 1024 * 1024
+"""Calls written together go in one message up to this size (a server's receive limit is
+4 MiB unless it says otherwise); a larger call goes alone."""
+
+
 class CallStream:
     """The ``CallTools`` stream of one tool server's channel.
+
+    Calls made in the same turn of the event loop (a step's calls, dispatched together)
+    leave in one message, and calls made while a write is under way leave together
+    after it: one write per batch, not per call.
 
     Args:
         stub: The server's stub (a new channel gets a new stream).
@@ -63,15 +76,17 @@ class CallStream:
         max_result_bytes: int,
     ) -> None:
         self._stub = stub
-        # The response wraps the result in a few bytes of its own.
+        # A response wraps its answers in a few bytes of its own.
         self._metadata = (*metadata, (MAX_RESULT_KEY, str(max_result_bytes - 64)))
         self._stream: Any = None  # grpc.aio.StreamStreamCall while open
         self._reader: asyncio.Task[None] | None = None
         # By call id: the stream it went on, and where its answer goes.
-        self._pending: dict[int, tuple[Any, asyncio.Future[tool_pb2.CallToolsResponse]]] = {}
+        self._pending: dict[int, tuple[Any, asyncio.Future[tool_pb2.CallAnswer]]] = {}
         self._next_id = 0
-        self._writing = asyncio.Lock()
-        self._cancels: set[asyncio.Task[None]] = set()
+        # What the writer sends next, and the writer while it runs.
+        self._outbox: dict[int, tool_pb2.StreamedCall] = {}
+        self._cancels: list[int] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -91,9 +106,10 @@ class CallStream:
         why, code = "the tool server ended the call stream", grpc.StatusCode.UNAVAILABLE
         try:
             async for response in stream:
-                entry = self._pending.get(response.id)
-                if entry is not None and entry[0] is stream and not entry[1].done():
-                    entry[1].set_result(response)
+                for answer in response.answers:
+                    entry = self._pending.get(answer.id)
+                    if entry is not None and entry[0] is stream and not entry[1].done():
+                        entry[1].set_result(answer)
         except grpc.aio.AioRpcError as exc:
             # The calls fail as the stream did: UNAVAILABLE when the connection broke,
             # UNAUTHENTICATED when the server refused the sidecar's token, UNIMPLEMENTED
@@ -111,10 +127,13 @@ class CallStream:
     def _fail_pending(
         self, why: str, stream: Any = None, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
     ) -> None:
-        """Fail the calls in flight on ``stream`` (None: on any)."""
-        for on, future in self._pending.values():
-            if (stream is None or on is stream) and not future.done():
-                future.set_exception(StreamedCallError(code, why))
+        """Fail the calls in flight on ``stream`` (None: on any); those not yet written
+        never will be (a call its caller saw fail must not run)."""
+        for call_id, (on, future) in self._pending.items():
+            if stream is None or on is stream:
+                self._outbox.pop(call_id, None)
+                if not future.done():
+                    future.set_exception(StreamedCallError(code, why))
 
     async def call(
         self,
@@ -130,41 +149,37 @@ class CallStream:
         """
         self._next_id += 1
         call_id = self._next_id
-        future: asyncio.Future[tool_pb2.CallToolsResponse] = (
-            asyncio.get_running_loop().create_future()
-        )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tool_pb2.CallAnswer] = loop.create_future()
         whole = int(timeout)
-        message = tool_pb2.CallToolsRequest(
-            call=tool_pb2.StreamedCall(
-                id=call_id,
-                call=request,
-                timeout=Duration(seconds=whole, nanos=int((timeout - whole) * 1e9)),
-                metadata={
-                    key: value if isinstance(value, bytes) else value.encode()
-                    for key, value in metadata
-                },
-            )
+        self._outbox[call_id] = tool_pb2.StreamedCall(
+            id=call_id,
+            call=request,
+            timeout=Duration(seconds=whole, nanos=int((timeout - whole) * 1e9)),
+            metadata={
+                key: value if isinstance(value, bytes) else value.encode()
+                for key, value in metadata
+            },
         )
-        sent = False
+        # Registered before the write: the answer may be read before the write returns.
+        self._pending[call_id] = (self._open(), future)
+        if self._writer is None:
+            self._writer = loop.create_task(self._write(), name="tool-call-stream-writer")
         try:
             async with asyncio.timeout(timeout):
-                await self._write(call_id, message, future)
-                sent = True
-                response = await future
+                answer = await future
         except TimeoutError:
-            if sent:
-                self._cancel(call_id)
+            self._give_up(call_id)
             raise StreamedCallError(
                 grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed"
             ) from None
         except asyncio.CancelledError:
-            if sent:
-                self._cancel(call_id)
+            self._give_up(call_id)
             raise
         finally:
             self._pending.pop(call_id, None)
-        if response.HasField("status"):
-            status = response.status
+        if answer.HasField("status"):
+            status = answer.status
             code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
             raise StreamedCallError(
                 code,
@@ -172,56 +187,57 @@ class CallStream:
                 too_large=code is grpc.StatusCode.RESOURCE_EXHAUSTED
                 and "the caller accepts" in status.message,
             )
-        return response.result
+        return answer.result
 
-    async def _write(
-        self,
-        call_id: int,
-        message: tool_pb2.CallToolsRequest,
-        future: asyncio.Future[tool_pb2.CallToolsResponse],
-    ) -> None:
-        async with self._writing:
-            stream = self._open()
-            # Registered before the write: the answer may be read before the write returns.
-            self._pending[call_id] = (stream, future)
-            try:
-                await stream.write(message)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-                # The stream broke before or as the call was written: the next call opens
-                # a new one.
-                if self._stream is stream:
-                    self._stream = None
-                details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-                raise StreamedCallError(
-                    grpc.StatusCode.UNAVAILABLE, f"the call stream failed: {details}"
-                ) from None
+    def _give_up(self, call_id: int) -> None:
+        """A call no longer wanted: never sent, or cancelled on the server."""
+        if self._outbox.pop(call_id, None) is None and self._stream is not None:
+            self._cancels.append(call_id)
+            if self._writer is None:
+                self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    def _cancel(self, call_id: int) -> None:
-        """Tell the server a call is no longer wanted (in the background: the caller may
-        be cancelled itself)."""
-        message = tool_pb2.CallToolsRequest(cancel=tool_pb2.CancelCall(id=call_id))
+    async def _write(self) -> None:
+        """Send what the outbox holds, a batch per write, until it is empty. Started by
+        the first call of a turn of the loop, it runs after that turn's other calls have
+        joined the outbox."""
+        try:
+            while self._outbox or self._cancels:
+                stream = self._open()
+                message = self._batch()
+                try:
+                    await stream.write(message)
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+                    # The stream broke before or as the calls were written: they fail
+                    # (UNAVAILABLE, retried as such) and the next call opens a new one.
+                    if self._stream is stream:
+                        self._stream = None
+                    details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc
+                    self._fail_pending(f"the call stream failed: {details}", stream)
+        finally:
+            self._writer = None
 
-        async def send() -> None:
-            try:
-                async with self._writing:
-                    if self._stream is not None:
-                        await self._stream.write(message)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                pass  # the stream is gone, and the call with it
-
-        task = asyncio.get_running_loop().create_task(send())
-        self._cancels.add(task)
-        task.add_done_callback(self._cancels.discard)
+    def _batch(self) -> tool_pb2.CallToolsRequest:
+        """The next message: the cancels, and calls up to :data:`_BATCH_BYTES` (at least
+        one)."""
+        message = tool_pb2.CallToolsRequest(cancels=self._cancels)
+        self._cancels.clear()
+        size = 0
+        for call_id, call in list(self._outbox.items()):
+            size += call.ByteSize()
+            if size > _BATCH_BYTES and message.calls:
+                break
+            message.calls.append(call)
+            del self._outbox[call_id]
+        return message
 
     async def close(self) -> None:
         """End the stream: calls still in flight fail UNAVAILABLE."""
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
-        for task in (self._reader, *self._cancels):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in (self._reader, *self._cancels) if t is not None), return_exceptions=True
-        )
+        tasks = [t for t in (self._reader, self._writer) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._outbox.clear()
         self._fail_pending("the tool server's connection closed")

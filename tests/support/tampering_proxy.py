@@ -112,8 +112,7 @@ class Proxy(grpc.GenericRpcHandler):
             async def changed() -> AsyncIterator[bytes]:
                 async for raw in requests:
                     message = tool_pb2.CallToolsRequest.FromString(raw)
-                    if message.HasField("call"):
-                        streamed = message.call
+                    for streamed in message.calls:
                         entries: Metadata = [
                             (k, v if k.endswith("-bin") else v.decode())
                             for k, v in streamed.metadata.items()
@@ -124,7 +123,7 @@ class Proxy(grpc.GenericRpcHandler):
                             streamed.metadata[key] = (
                                 value if isinstance(value, bytes) else value.encode()
                             )
-                        raw = message.SerializeToString()
+                    raw = message.SerializeToString()
                     yield raw
 
             call = forward(changed(), metadata=self._metadata(context))

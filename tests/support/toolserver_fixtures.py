@@ -203,5 +203,15 @@ async def plan_trip(
     return {"destination": destination, "stops": len(stops), "pace": pace.value}
 
 
+@server.tool
+async def echo_text(size: int) -> str:
+    """Return a text of ``size`` characters.
+
+    Args:
+        size: How many characters.
+    """
+    return "x" * size
+
+
 if __name__ == "__main__":
     server.run()

@@ -229,3 +229,89 @@ async def test_the_stream_carries_the_servers_token_and_without_it_every_call_is
                 await refused.close()
     finally:
         server.stop()
+
+
+class _Recorder(tool_pb2_grpc.ToolServiceServicer):
+    """A ``CallTools`` server that records each message it receives and answers each call
+    with its id, one message per request."""
+
+    def __init__(self) -> None:
+        self.messages: list[tool_pb2.CallToolsRequest] = []
+
+    async def CallTools(
+        self, requests: AsyncIterator[tool_pb2.CallToolsRequest], context: Any
+    ) -> AsyncIterator[tool_pb2.CallToolsResponse]:
+        async for message in requests:
+            self.messages.append(message)
+            yield tool_pb2.CallToolsResponse(
+                answers=[
+                    tool_pb2.CallAnswer(id=c.id, result=tool_pb2.ToolResult(output=str(c.id)))
+                    for c in message.calls
+                ]
+            )
+
+
+async def test_calls_made_together_leave_in_one_message_and_share_an_answer() -> None:
+    recorder = _Recorder()
+    server = grpc.aio.server()
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(recorder, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stream = CallStream(tool_pb2_grpc.ToolServiceStub(channel), (), 1 << 20)
+            try:
+                step = [request("echo_int", {"value": v}, f"call-{v}") for v in range(3)]
+                results = await asyncio.gather(*(stream.call(r, WAIT, ()) for r in step))
+                assert [r.output for r in results] == ["1", "2", "3"]  # each its own answer
+                assert [len(m.calls) for m in recorder.messages] == [3]  # one write
+                assert [c.call.call_id for c in recorder.messages[0].calls] == [
+                    "call-0",
+                    "call-1",
+                    "call-2",
+                ]
+                # A call made alone later goes alone.
+                assert (await stream.call(step[0], WAIT, ())).output == "4"
+                assert [len(m.calls) for m in recorder.messages] == [3, 1]
+            finally:
+                await stream.close()
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.property
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12),
+    limit=st.integers(4200, 9000),
+)
+def test_answers_ready_together_are_split_within_the_callers_limit_and_none_is_lost(
+    fixture_server: ServerProcess, sizes: list[int], limit: int
+) -> None:
+    """A raw client sends a batch of calls whose results together exceed the limit it
+    declares: every call is answered exactly once, and no message is larger than the
+    limit (gRPC would refuse it and end the stream)."""
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(fixture_server.address) as channel:
+            stub = tool_pb2_grpc.ToolServiceStub(channel)
+            call = stub.CallTools(metadata=(("x-agent-max-result-bytes", str(limit)),))
+            await call.write(
+                tool_pb2.CallToolsRequest(
+                    calls=[
+                        tool_pb2.StreamedCall(id=i + 1, call=request("echo_text", {"size": n}))
+                        for i, n in enumerate(sizes)
+                    ]
+                )
+            )
+            await call.done_writing()
+            answered: list[int] = []
+            async with asyncio.timeout(WAIT):
+                async for message in call:
+                    assert message.ByteSize() <= limit
+                    for answer in message.answers:
+                        assert answer.WhichOneof("outcome") == "result", answer
+                        assert len(answer.result.output) == sizes[answer.id - 1]
+                        answered.append(answer.id)
+            assert sorted(answered) == list(range(1, len(sizes) + 1))
+
+    asyncio.run(scenario())

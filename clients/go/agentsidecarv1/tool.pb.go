@@ -866,16 +866,16 @@ func (x *ToolError) GetMessage() string {
 	return ""
 }
 
-// CallToolsRequest is one message from the caller on a CallTools stream.
+// CallToolsRequest is one message from the caller on a CallTools stream: the
+// calls and cancels it has at once (a message carries at least one of either).
 type CallToolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// What this message carries.
-	//
-	// Types that are valid to be assigned to Event:
-	//
-	//	*CallToolsRequest_Call
-	//	*CallToolsRequest_Cancel
-	Event         isCallToolsRequest_Event `protobuf_oneof:"event"`
+	// Calls to run, each independent of the others.
+	Calls []*StreamedCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// The StreamedCall.id of calls the caller no longer wants: the server stops
+	// their handlers and answers them CANCELLED (unless they have finished
+	// already). An id the server does not know is ignored.
+	Cancels       []uint64 `protobuf:"varint,2,rep,packed,name=cancels,proto3" json:"cancels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,54 +910,24 @@ func (*CallToolsRequest) Descriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *CallToolsRequest) GetEvent() isCallToolsRequest_Event {
+func (x *CallToolsRequest) GetCalls() []*StreamedCall {
 	if x != nil {
-		return x.Event
+		return x.Calls
 	}
 	return nil
 }
 
-func (x *CallToolsRequest) GetCall() *StreamedCall {
+func (x *CallToolsRequest) GetCancels() []uint64 {
 	if x != nil {
-		if x, ok := x.Event.(*CallToolsRequest_Call); ok {
-			return x.Call
-		}
+		return x.Cancels
 	}
 	return nil
 }
-
-func (x *CallToolsRequest) GetCancel() *CancelCall {
-	if x != nil {
-		if x, ok := x.Event.(*CallToolsRequest_Cancel); ok {
-			return x.Cancel
-		}
-	}
-	return nil
-}
-
-type isCallToolsRequest_Event interface {
-	isCallToolsRequest_Event()
-}
-
-type CallToolsRequest_Call struct {
-	// A call to run.
-	Call *StreamedCall `protobuf:"bytes,1,opt,name=call,proto3,oneof"`
-}
-
-type CallToolsRequest_Cancel struct {
-	// A call the caller no longer wants: the server stops its handler and
-	// answers it CANCELLED (unless it has finished already).
-	Cancel *CancelCall `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
-}
-
-func (*CallToolsRequest_Call) isCallToolsRequest_Event() {}
-
-func (*CallToolsRequest_Cancel) isCallToolsRequest_Event() {}
 
 // StreamedCall is one call on a CallTools stream.
 type StreamedCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The caller's id for the call on this stream, echoed in its response:
+	// The caller's id for the call on this stream, echoed in its answer:
 	// unique among the stream's calls in flight (CallToolRequest.call_id, the
 	// model's id, may repeat across runs).
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1035,71 +1005,21 @@ func (x *StreamedCall) GetMetadata() map[string][]byte {
 	return nil
 }
 
-// CancelCall names a call on the stream the caller no longer wants.
-type CancelCall struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The StreamedCall.id of the call.
-	Id            uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CancelCall) Reset() {
-	*x = CancelCall{}
-	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CancelCall) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CancelCall) ProtoMessage() {}
-
-func (x *CancelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CancelCall.ProtoReflect.Descriptor instead.
-func (*CancelCall) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *CancelCall) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-// CallToolsResponse answers one call on a CallTools stream.
+// CallToolsResponse is one message from the server on a CallTools stream: the
+// answers it has at once (at least one). The server keeps each message within
+// the size the caller accepts (the stream's x-agent-max-result-bytes
+// metadata), splitting answers across messages as needed.
 type CallToolsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The StreamedCall.id of the call it answers.
-	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// How the call ended.
-	//
-	// Types that are valid to be assigned to Outcome:
-	//
-	//	*CallToolsResponse_Result
-	//	*CallToolsResponse_Status
-	Outcome       isCallToolsResponse_Outcome `protobuf_oneof:"outcome"`
+	// Answers to calls on the stream, each to one call.
+	Answers       []*CallAnswer `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolsResponse) Reset() {
 	*x = CallToolsResponse{}
-	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1031,7 @@ func (x *CallToolsResponse) String() string {
 func (*CallToolsResponse) ProtoMessage() {}
 
 func (x *CallToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,58 +1044,111 @@ func (x *CallToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolsResponse.ProtoReflect.Descriptor instead.
 func (*CallToolsResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CallToolsResponse) GetAnswers() []*CallAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// CallAnswer answers one call on a CallTools stream.
+type CallAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The StreamedCall.id of the call it answers.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How the call ended.
+	//
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*CallAnswer_Result
+	//	*CallAnswer_Status
+	Outcome       isCallAnswer_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallAnswer) Reset() {
+	*x = CallAnswer{}
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallAnswer) ProtoMessage() {}
+
+func (x *CallAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_tool_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallAnswer.ProtoReflect.Descriptor instead.
+func (*CallAnswer) Descriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_tool_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *CallToolsResponse) GetId() uint64 {
+func (x *CallAnswer) GetId() uint64 {
 	if x != nil {
 		return x.Id
 	}
 	return 0
 }
 
-func (x *CallToolsResponse) GetOutcome() isCallToolsResponse_Outcome {
+func (x *CallAnswer) GetOutcome() isCallAnswer_Outcome {
 	if x != nil {
 		return x.Outcome
 	}
 	return nil
 }
 
-func (x *CallToolsResponse) GetResult() *ToolResult {
+func (x *CallAnswer) GetResult() *ToolResult {
 	if x != nil {
-		if x, ok := x.Outcome.(*CallToolsResponse_Result); ok {
+		if x, ok := x.Outcome.(*CallAnswer_Result); ok {
 			return x.Result
 		}
 	}
 	return nil
 }
 
-func (x *CallToolsResponse) GetStatus() *CallStatus {
+func (x *CallAnswer) GetStatus() *CallStatus {
 	if x != nil {
-		if x, ok := x.Outcome.(*CallToolsResponse_Status); ok {
+		if x, ok := x.Outcome.(*CallAnswer_Status); ok {
 			return x.Status
 		}
 	}
 	return nil
 }
 
-type isCallToolsResponse_Outcome interface {
-	isCallToolsResponse_Outcome()
+type isCallAnswer_Outcome interface {
+	isCallAnswer_Outcome()
 }
 
-type CallToolsResponse_Result struct {
+type CallAnswer_Result struct {
 	// The tool ran: its output or its error, as CallTool returns them.
 	Result *ToolResult `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
 }
 
-type CallToolsResponse_Status struct {
+type CallAnswer_Status struct {
 	// The call failed where CallTool would have failed with this status.
 	Status *CallStatus `protobuf:"bytes,3,opt,name=status,proto3,oneof"`
 }
 
-func (*CallToolsResponse_Result) isCallToolsResponse_Outcome() {}
+func (*CallAnswer_Result) isCallAnswer_Outcome() {}
 
-func (*CallToolsResponse_Status) isCallToolsResponse_Outcome() {}
+func (*CallAnswer_Status) isCallAnswer_Outcome() {}
 
 // CallStatus is a failed call on a CallTools stream: what CallTool would have
 // answered as a gRPC status.
@@ -1290,11 +1263,10 @@ const file_agentsidecar_v1_tool_proto_rawDesc = "" +
 	"\aoutcome\"Y\n" +
 	"\tToolError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.agentsidecar.v1.ToolErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x87\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"a\n" +
 	"\x10CallToolsRequest\x123\n" +
-	"\x04call\x18\x01 \x01(\v2\x1d.agentsidecar.v1.StreamedCallH\x00R\x04call\x125\n" +
-	"\x06cancel\x18\x02 \x01(\v2\x1b.agentsidecar.v1.CancelCallH\x00R\x06cancelB\a\n" +
-	"\x05event\"\x8f\x02\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1d.agentsidecar.v1.StreamedCallR\x05calls\x12\x18\n" +
+	"\acancels\x18\x02 \x03(\x04R\acancels\"\x8f\x02\n" +
 	"\fStreamedCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
 	"\x04call\x18\x02 \x01(\v2 .agentsidecar.v1.CallToolRequestR\x04call\x123\n" +
@@ -1302,11 +1274,11 @@ const file_agentsidecar_v1_tool_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x03(\v2+.agentsidecar.v1.StreamedCall.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x1c\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"J\n" +
+	"\x11CallToolsResponse\x125\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1b.agentsidecar.v1.CallAnswerR\aanswers\"\x95\x01\n" +
 	"\n" +
-	"CancelCall\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\x9c\x01\n" +
-	"\x11CallToolsResponse\x12\x0e\n" +
+	"CallAnswer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.agentsidecar.v1.ToolResultH\x00R\x06result\x125\n" +
 	"\x06status\x18\x03 \x01(\v2\x1b.agentsidecar.v1.CallStatusH\x00R\x06statusB\t\n" +
@@ -1359,8 +1331,8 @@ var file_agentsidecar_v1_tool_proto_goTypes = []any{
 	(*ToolError)(nil),           // 10: agentsidecar.v1.ToolError
 	(*CallToolsRequest)(nil),    // 11: agentsidecar.v1.CallToolsRequest
 	(*StreamedCall)(nil),        // 12: agentsidecar.v1.StreamedCall
-	(*CancelCall)(nil),          // 13: agentsidecar.v1.CancelCall
-	(*CallToolsResponse)(nil),   // 14: agentsidecar.v1.CallToolsResponse
+	(*CallToolsResponse)(nil),   // 13: agentsidecar.v1.CallToolsResponse
+	(*CallAnswer)(nil),          // 14: agentsidecar.v1.CallAnswer
 	(*CallStatus)(nil),          // 15: agentsidecar.v1.CallStatus
 	nil,                         // 16: agentsidecar.v1.StreamedCall.MetadataEntry
 	(*durationpb.Duration)(nil), // 17: google.protobuf.Duration
@@ -1376,13 +1348,13 @@ var file_agentsidecar_v1_tool_proto_depIdxs = []int32{
 	10, // 7: agentsidecar.v1.ToolResult.error:type_name -> agentsidecar.v1.ToolError
 	17, // 8: agentsidecar.v1.ToolResult.handler_duration:type_name -> google.protobuf.Duration
 	0,  // 9: agentsidecar.v1.ToolError.kind:type_name -> agentsidecar.v1.ToolErrorKind
-	12, // 10: agentsidecar.v1.CallToolsRequest.call:type_name -> agentsidecar.v1.StreamedCall
-	13, // 11: agentsidecar.v1.CallToolsRequest.cancel:type_name -> agentsidecar.v1.CancelCall
-	4,  // 12: agentsidecar.v1.StreamedCall.call:type_name -> agentsidecar.v1.CallToolRequest
-	17, // 13: agentsidecar.v1.StreamedCall.timeout:type_name -> google.protobuf.Duration
-	16, // 14: agentsidecar.v1.StreamedCall.metadata:type_name -> agentsidecar.v1.StreamedCall.MetadataEntry
-	9,  // 15: agentsidecar.v1.CallToolsResponse.result:type_name -> agentsidecar.v1.ToolResult
-	15, // 16: agentsidecar.v1.CallToolsResponse.status:type_name -> agentsidecar.v1.CallStatus
+	12, // 10: agentsidecar.v1.CallToolsRequest.calls:type_name -> agentsidecar.v1.StreamedCall
+	4,  // 11: agentsidecar.v1.StreamedCall.call:type_name -> agentsidecar.v1.CallToolRequest
+	17, // 12: agentsidecar.v1.StreamedCall.timeout:type_name -> google.protobuf.Duration
+	16, // 13: agentsidecar.v1.StreamedCall.metadata:type_name -> agentsidecar.v1.StreamedCall.MetadataEntry
+	14, // 14: agentsidecar.v1.CallToolsResponse.answers:type_name -> agentsidecar.v1.CallAnswer
+	9,  // 15: agentsidecar.v1.CallAnswer.result:type_name -> agentsidecar.v1.ToolResult
+	15, // 16: agentsidecar.v1.CallAnswer.status:type_name -> agentsidecar.v1.CallStatus
 	1,  // 17: agentsidecar.v1.ToolService.ListTools:input_type -> agentsidecar.v1.ListToolsRequest
 	4,  // 18: agentsidecar.v1.ToolService.CallTool:input_type -> agentsidecar.v1.CallToolRequest
 	6,  // 19: agentsidecar.v1.ToolService.StreamTool:input_type -> agentsidecar.v1.StreamToolRequest
@@ -1390,7 +1362,7 @@ var file_agentsidecar_v1_tool_proto_depIdxs = []int32{
 	2,  // 21: agentsidecar.v1.ToolService.ListTools:output_type -> agentsidecar.v1.ListToolsResponse
 	5,  // 22: agentsidecar.v1.ToolService.CallTool:output_type -> agentsidecar.v1.CallToolResponse
 	7,  // 23: agentsidecar.v1.ToolService.StreamTool:output_type -> agentsidecar.v1.StreamToolResponse
-	14, // 24: agentsidecar.v1.ToolService.CallTools:output_type -> agentsidecar.v1.CallToolsResponse
+	13, // 24: agentsidecar.v1.ToolService.CallTools:output_type -> agentsidecar.v1.CallToolsResponse
 	21, // [21:25] is the sub-list for method output_type
 	17, // [17:21] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
@@ -1411,13 +1383,9 @@ func file_agentsidecar_v1_tool_proto_init() {
 		(*ToolResult_Output)(nil),
 		(*ToolResult_Error)(nil),
 	}
-	file_agentsidecar_v1_tool_proto_msgTypes[10].OneofWrappers = []any{
-		(*CallToolsRequest_Call)(nil),
-		(*CallToolsRequest_Cancel)(nil),
-	}
 	file_agentsidecar_v1_tool_proto_msgTypes[13].OneofWrappers = []any{
-		(*CallToolsResponse_Result)(nil),
-		(*CallToolsResponse_Status)(nil),
+		(*CallAnswer_Result)(nil),
+		(*CallAnswer_Status)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -134,12 +134,12 @@ class ToolError(_message.Message):
     def __init__(self, kind: _Optional[_Union[ToolErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CallToolsRequest(_message.Message):
-    __slots__ = ("call", "cancel")
-    CALL_FIELD_NUMBER: _ClassVar[int]
-    CANCEL_FIELD_NUMBER: _ClassVar[int]
-    call: StreamedCall
-    cancel: CancelCall
-    def __init__(self, call: _Optional[_Union[StreamedCall, _Mapping]] = ..., cancel: _Optional[_Union[CancelCall, _Mapping]] = ...) -> None: ...
+    __slots__ = ("calls", "cancels")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[StreamedCall]
+    cancels: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, calls: _Optional[_Iterable[_Union[StreamedCall, _Mapping]]] = ..., cancels: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StreamedCall(_message.Message):
     __slots__ = ("id", "call", "timeout", "metadata")
@@ -160,13 +160,13 @@ class StreamedCall(_message.Message):
     metadata: _containers.ScalarMap[str, bytes]
     def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[CallToolRequest, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
-class CancelCall(_message.Message):
-    __slots__ = ("id",)
-    ID_FIELD_NUMBER: _ClassVar[int]
-    id: int
-    def __init__(self, id: _Optional[int] = ...) -> None: ...
-
 class CallToolsResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[CallAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[CallAnswer, _Mapping]]] = ...) -> None: ...
+
+class CallAnswer(_message.Message):
     __slots__ = ("id", "result", "status")
     ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]

@@ -125,16 +125,17 @@ class ToolServiceServicer:
     def CallTools(self, request_iterator, context):
         """CallTools carries many calls on one long-lived stream, each as CallTool
         would run it, for a fraction of what a call each costs both sides (no
-        call set up and torn down per tool call).
+        call set up and torn down per tool call, and calls that start or end
+        together share one message).
 
-        The caller sends each call (with its own id, timeout and metadata) and
-        may cancel one; calls run concurrently, and the server answers each with
-        exactly one CallToolsResponse, in the order they finish. A call fails with
-        a CallStatus where CallTool would fail with a gRPC status. The stream's
-        own metadata authenticates the caller (the bearer token); each call's
-        identity and trace context travel in its StreamedCall.metadata. When the
-        caller closes its side, the server finishes the calls it has and ends the
-        stream; while it drains, it answers new calls UNAVAILABLE.
+        The caller sends calls (each with its own id, timeout and metadata) and
+        cancels; calls run concurrently, and the server answers each with exactly
+        one CallAnswer, in the order they finish. A call fails with a CallStatus
+        where CallTool would fail with a gRPC status. The stream's own metadata
+        authenticates the caller (the bearer token); each call's identity and
+        trace context travel in its StreamedCall.metadata. When the caller closes
+        its side, the server finishes the calls it has and ends the stream; while
+        it drains, it answers new calls UNAVAILABLE.
 
         Optional: a server that serves it sets ListToolsResponse.call_stream, and
         a caller sends any other server's calls with CallTool.
