@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-model bench-unix latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
@@ -50,9 +50,22 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
-## bench: the benchmark against the peers; writes docs/benchmarks.md (several minutes).
+## bench: the micro benchmarks below, then the benchmark against the peers, which writes
+## docs/benchmarks.md quoting them (about 15 minutes).
 bench: install-bench
+	$(PY) -m bench.micro.model_transport
+	$(PY) -m bench.micro.unix_socket
+	$(PY) -m bench.micro.control_plane
+	$(PY) -m bench.profile
 	$(PY) -m bench.peers
+
+## bench-model: CPU per model request of each transport, and pacing against a burst.
+bench-model: install
+	$(PY) -m bench.micro.model_transport
+
+## bench-unix: the same calls over the sidecar's Unix socket and its TCP port.
+bench-unix: install
+	$(PY) -m bench.micro.unix_socket
 
 ## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes
 ## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
@@ -73,6 +86,21 @@ postgres:
 			"postgresql package (apt-get install postgresql) or put them on PATH"; \
 		exit 1; \
 	fi
+
+## bench-guard: the speed guard: the sidecar's and its tool server's CPU per run against the
+## in-process floor, measured side by side; fails above the budget in bench/guard.json (about
+## 40 s; .ci/run runs it after the tests).
+bench-guard: install
+	$(PY) -m bench.guard
+
+## profile: where a zero-latency run's CPU goes: py-spy on the sidecar and its tool server
+## under load, summed by the part of the run that asked for the work (about 30 s).
+profile: install-bench
+	$(PY) -m bench.profile
+
+## bench-control-plane: CreateSession and GetSession latency, idle and while 32 turns run.
+bench-control-plane: install
+	$(PY) -m bench.micro.control_plane
 
 ## bench-context: a 50-turn session with the context window on and off (about 30 s).
 bench-context: install-bench

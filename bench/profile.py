@@ -7,13 +7,16 @@ benchmark workload at ``--concurrency`` for ``--seconds``, and samples both serv
 process's collapsed stacks under ``bench/results/profile/`` (``*.txt``: the input of flame
 graph tools such as ``inferno-flamegraph`` or speedscope), and prints each process's top
 functions by own samples and by samples under them, and the samples summed by the part of a
-run that asked for the work (:func:`category`): the shares of the CPU ledger.
+run that asked for the work (:func:`category`). Before sampling it measures each process's
+CPU per run over a batch of runs: the share of each part times that is the CPU ledger
+(``bench/results/ledger.md``, quoted in ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import shutil
 import subprocess
 import sys
@@ -23,8 +26,10 @@ from pathlib import Path
 
 from bench import processes
 from bench.workload import ZERO
+from sidecar.testing import ServerProcess
 
 OUT = processes.ROOT / "bench/results/profile"
+LEDGER = processes.ROOT / "bench/results/ledger.md"
 
 # A sample belongs to the part of a run that asked for the work: the innermost frame of
 # the product's own code names it (asyncio, aiohttp or gRPC work called from the model
@@ -84,19 +89,36 @@ def category(stack: str, parts: tuple[tuple[str, tuple[str, ...]], ...] = _PARTS
     return _UNATTRIBUTED
 
 
-def _drive(target: str, concurrency: int, seconds: float, stop: threading.Event) -> int:
+def _drive(target: str, concurrency: int, stop: threading.Event) -> None:
     worker = processes.Worker("sidecar")
     command = {"mode": ZERO.name, "target": target, "concurrency": concurrency}
-    runs = 0
     try:
-        worker.command(op="prepare", runs=200, **command)
-        worker.command(op="batch", runs=200, **command)
         while not stop.is_set():
+            worker.command(op="prepare", runs=100, **command)  # the sessions the runs use
             worker.command(op="batch", runs=100, **command)
-            runs += 100
     finally:
         worker.stop()
-    return runs
+
+
+def _cpu_per_run(
+    sidecar: ServerProcess, tools: ServerProcess, concurrency: int, runs: int
+) -> dict[str, float]:
+    """Each process's CPU per run over ``runs`` turns (after as many to warm up), unsampled."""
+    worker = processes.Worker("sidecar")
+    command = {"mode": ZERO.name, "target": sidecar.address, "concurrency": concurrency}
+    try:
+        worker.command(op="prepare", runs=runs, **command)
+        worker.command(op="batch", runs=runs, **command)
+        worker.command(op="prepare", runs=runs, **command)
+        before = sidecar.cpu_seconds(), tools.cpu_seconds()
+        worker.command(op="batch", runs=runs, **command)
+        after = sidecar.cpu_seconds(), tools.cpu_seconds()
+    finally:
+        worker.stop()
+    return {
+        "sidecar": (after[0] - before[0]) / runs * 1000,
+        "tool-server": (after[1] - before[1]) / runs * 1000,
+    }
 
 
 def _report(
@@ -131,10 +153,29 @@ def _report(
     return {cat: samples / total for cat, samples in categories.items()}
 
 
+def ledger(shares: dict[str, dict[str, float]], cpu_ms: dict[str, float], concurrency: int) -> str:
+    """The CPU ledger: each part's milliseconds of CPU per run (its share of the samples
+    times the process's CPU per run, measured unsampled)."""
+    lines = [
+        f"CPU per run at zero latency, concurrency {concurrency}: each process's CPU per run "
+        "(measured over a batch of runs, unsampled) split by the share of py-spy's samples "
+        "that each part of the run asked for (`make profile`).",
+        "",
+        "| process | part | ms per run | share |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for process, parts in shares.items():
+        for part, share in sorted(parts.items(), key=lambda item: -item[1]):
+            lines.append(f"| {process} | {part} | {share * cpu_ms[process]:.3f} | {share:.1%} |")
+        lines.append(f"| {process} | **all** | **{cpu_ms[process]:.3f}** | 100% |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="of sampling")
+    parser.add_argument("--runs", type=int, default=1000, help="runs measured unsampled")
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--top", type=int, default=25, help="functions listed per process")
     args = parser.parse_args(argv)
@@ -145,13 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         tools = processes.shop(ZERO.tool_ms)
         sidecar = processes.sidecar(sim, [("shop", tools)], Path(tmp))
         stop = threading.Event()
-        runs: list[int] = []
-        driver = threading.Thread(
-            target=lambda: runs.append(
-                _drive(sidecar.address, args.concurrency, args.seconds, stop)
-            )
-        )
+        driver = threading.Thread(target=_drive, args=(sidecar.address, args.concurrency, stop))
         try:
+            cpu_ms = _cpu_per_run(sidecar, tools, args.concurrency, args.runs)
             driver.start()
             recorders = {}
             for name, server in (("sidecar", sidecar), ("tool-server", tools)):
@@ -168,14 +205,25 @@ def main(argv: list[str] | None = None) -> int:
                 recorder.wait()
         finally:
             stop.set()
-            driver.join()
+            if driver.is_alive():
+                driver.join()
             sidecar.stop()
             tools.stop()
             sim.stop()
     print(f"# profile: zero latency, concurrency {args.concurrency}, {args.seconds:g} s")
-    _report("sidecar", OUT / "sidecar.txt", args.top, _PARTS)
-    _report("tool-server", OUT / "tool-server.txt", args.top, _TOOL_SERVER_PARTS)
-    print(f"\ncollapsed stacks: {OUT.relative_to(processes.ROOT)}/")
+    shares = {
+        "sidecar": _report("sidecar", OUT / "sidecar.txt", args.top, _PARTS),
+        "tool-server": _report(
+            "tool-server", OUT / "tool-server.txt", args.top, _TOOL_SERVER_PARTS
+        ),
+    }
+    table = ledger(shares, cpu_ms, args.concurrency)
+    # bench.peers quotes it in docs/benchmarks.md.
+    LEDGER.write_text(table + "\n")
+    LEDGER.with_suffix(".json").write_text(
+        json.dumps({"cpu_ms": cpu_ms, "shares": shares}, indent=1) + "\n"
+    )
+    print(f"\n{table}\n\ncollapsed stacks: {OUT.relative_to(processes.ROOT)}/")
     return 0
 
 

@@ -12,7 +12,14 @@ spread of the rounds' medians, and each transport against ``direct``:
   bytes in, raw response out);
 - ``aiohttp trust_env``: a plain aiohttp session with ``trust_env=True``, which looks up
   the proxy and ``~/.netrc`` on every request, each in a worker thread: what resolving the
-  proxy once saves.
+  proxy once saves;
+- ``bare aiohttp``: the least a client can do with aiohttp, the yardstick: a plain
+  session's ``post`` of the same bytes and a read of the answer (no timeout, no proxy, no
+  checks);
+- ``model call``: the whole of one model call as the loop makes it
+  (:class:`~sidecar.llm.openai_model.OpenAICompatibleModel.complete` on the direct
+  transport: the body serialized, the exchange, the answer parsed into tool calls and
+  usage, the rate-limit headers read for pacing).
 
 Each is measured unary and streamed (``stream: true``, the response read line by line).
 
@@ -81,7 +88,7 @@ def _ours(transport: Transport, body: bytes, stream: bool) -> Send:
     return send
 
 
-def _trust_env(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> Send:
+def _plain(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> Send:
     headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
 
     async def send() -> int:
@@ -93,19 +100,40 @@ def _trust_env(session: aiohttp.ClientSession, url: str, body: bytes, stream: bo
     return send
 
 
+def _model_call(model: OpenAICompatibleModel, stream: bool) -> Send:
+    request = ModelRequest(MESSAGES, openai_tools(), stream, 10)
+
+    async def send() -> int:
+        response = await model.complete(request, on_text=(lambda text: None) if stream else None)
+        return len(response.tool_calls) + 1
+
+    return send
+
+
 async def cpu_per_request(address: str, requests: int, rounds: int) -> dict[str, Any]:
     base = f"http://{address}/openai/v1"
     endpoint = Endpoint(base_url=base, api_key="bench", tls=ssl.create_default_context())
     direct, sdk = DirectTransport(endpoint), SdkTransport(endpoint)
     session = aiohttp.ClientSession(trust_env=True, connector=aiohttp.TCPConnector(limit=0))
+    bare = aiohttp.ClientSession()
+    model = OpenAICompatibleModel(
+        base_url=base,
+        api_key="bench",
+        model=MODEL,
+        retry=MODEL_RETRY,
+        timeout=30,
+        pacers=Pacers(),
+        environ={},
+    )
+    url = f"{base}/chat/completions"
     senders: dict[str, Send] = {}
     for mode, body in BODIES.items():
         stream = mode == "streamed"
+        senders[f"bare aiohttp {mode}"] = _plain(bare, url, body, stream)
         senders[f"direct {mode}"] = _ours(direct, body, stream)
+        senders[f"model call {mode}"] = _model_call(model, stream)
         senders[f"sdk {mode}"] = _ours(sdk, body, stream)
-        senders[f"aiohttp trust_env {mode}"] = _trust_env(
-            session, f"{base}/chat/completions", body, stream
-        )
+        senders[f"aiohttp trust_env {mode}"] = _plain(session, url, body, stream)
     samples: dict[str, list[float]] = {name: [] for name in senders}
     round_medians: dict[str, list[float]] = {name: [] for name in senders}
     try:
@@ -125,6 +153,8 @@ async def cpu_per_request(address: str, requests: int, rounds: int) -> dict[str,
         await direct.close()
         await sdk.close()
         await session.close()
+        await bare.close()
+        await model.close()
     return {
         name: {
             "median_us": median(values),
@@ -217,7 +247,7 @@ def main() -> None:
         f"One model request, CPU of the sending process, {args.rounds} rounds of "
         f"{args.requests}, transports interleaved:",
         "",
-        "| transport | median µs | P99 µs | round medians µs | vs direct |",
+        "| transport | median µs | P99 µs | round medians µs | vs bare aiohttp |",
         "| --- | ---: | ---: | --- | ---: |",
     ]
     for name, row in cpu.items():
@@ -225,7 +255,7 @@ def main() -> None:
         spread = " ".join(f"{v:.0f}" for v in row["round_medians_us"])
         lines.append(
             f"| {name} | {row['median_us']:.0f} | {row['p99_us']:.0f} | {spread} "
-            f"| {_ratio(row, cpu[f'direct {mode}'])} |"
+            f"| {_ratio(row, cpu[f'bare aiohttp {mode}'])} |"
         )
     lines += [
         "",

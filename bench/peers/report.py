@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -71,55 +72,84 @@ def metrics(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
     return table
 
 
+def _micro(name: str) -> dict[str, Any] | None:
+    """A micro benchmark's last results (``bench/results/NAME.json``), if it ran."""
+    path = Path("bench/results") / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
-    """(target, measured, goal, met) for each target the issue sets."""
+    """(target, measured, goal, met) for each target set for the hot path."""
     m = metrics(results)
     out: list[tuple[str, str, str, bool]] = []
     z1, z32 = m["zero-c1"], m["zero-c32"]
-    cpu = z1["sidecar"]["cpu_ms"]
-    total = z1["sidecar"]["total_cpu_ms"]
-    worst_ratio = min(z1[f]["cpu_ms"] for f in FRAMEWORKS) / total
-    out.append(("sidecar CPU per run, zero latency", f"{cpu:.2f} ms", "≤ 1.5 ms", cpu <= 1.5))
+    cpu, total = z1["sidecar"]["cpu_ms"], z1["sidecar"]["total_cpu_ms"]
     out.append(
         (
-            "… sidecar + tool server vs each framework (tools in-process)",
-            f"{worst_ratio:.2f}x less ({total:.2f} ms)",
-            "≥ 5x",
-            worst_ratio >= 5,
+            "sidecar + tool server CPU per run, zero latency",
+            f"{total:.2f} ms",
+            "≤ 2.0 ms",
+            total <= 2.0,
         )
     )
+    out.append(("… the sidecar alone", f"{cpu:.2f} ms", "≤ 1.4 ms", cpu <= 1.4))
+    secure = z1["sidecar_secure"]["total_cpu_ms"] / total
+    out.append(
+        ("… TLS and tokens on both links, against it", f"{secure:.2f}x", "≤ 1.10x", secure <= 1.10)
+    )
+    per_call = z1["sidecar"]["tools_cpu_ms"] / 3
+    out.append(
+        (
+            "tool-server CPU per call (Python SDK)",
+            f"{per_call:.3f} ms",
+            "≤ 0.15 ms",
+            per_call <= 0.15,
+        )
+    )
+    transport = _micro("model_transport")
+    if transport is not None:
+        cpu_of = {k: v["median_us"] for k, v in transport["cpu_per_request"].items()}
+        ratio = max(
+            cpu_of[f"direct {m}"] / cpu_of[f"bare aiohttp {m}"] for m in ("unary", "streamed")
+        )
+        out.append(
+            (
+                "model request (default transport) vs a bare aiohttp POST",
+                f"{ratio:.2f}x",
+                "≤ 1.25x",
+                ratio <= 1.25,
+            )
+        )
     rps = z32["sidecar"]["rps"]
-    rps_ratio = rps / max(z32[f]["rps"] for f in FRAMEWORKS)
-    out.append(("runs/s, zero latency, concurrency 32", f"{rps:.0f}", "≥ 600", rps >= 600))
-    out.append(("… vs each framework", f"{rps_ratio:.2f}x", "≥ 5x", rps_ratio >= 5))
-    r1 = m["realistic-c1"]["sidecar"]
-    out.append(
-        (
-            "overhead P50, realistic, concurrency 1",
-            f"{r1['overhead_p50']:.1f} ms",
-            "≤ 3 ms",
-            r1["overhead_p50"] <= 3,
-        )
-    )
+    out.append(("runs/s, zero latency, concurrency 32", f"{rps:.0f}", "≥ 450", rps >= 450))
     r32 = m["realistic-c32"]["sidecar"]
     out.append(
         (
             "overhead P50, realistic, concurrency 32",
             f"{r32['overhead_p50']:.1f} ms",
-            "≤ 6 ms",
-            r32["overhead_p50"] <= 6,
+            "≤ 12 ms",
+            r32["overhead_p50"] <= 12,
         )
     )
     out.append(
         (
             "overhead P99, realistic, concurrency 32",
             f"{r32['overhead_p99']:.1f} ms",
-            "≤ 20 ms",
-            r32["overhead_p99"] <= 20,
+            "≤ 30 ms",
+            r32["overhead_p99"] <= 30,
         )
     )
-    fan = median(fanout(results)[0]["32"])
-    out.append(("tool stage, 32 parallel 20 ms tools", f"{fan:.1f} ms", "≤ 25 ms", fan <= 25))
+    control = _micro("control_plane")
+    if control is not None:
+        slowest = max(row["p50_ms"] for name, row in control.items() if "beside" in name)
+        out.append(
+            (
+                "CreateSession / GetSession P50 while 32 turns run",
+                f"{slowest:.1f} ms",
+                "≤ 5 ms",
+                slowest <= 5,
+            )
+        )
     return out
 
 
@@ -213,6 +243,17 @@ def _charts(results: dict[str, Any], img: Path) -> list[str]:
 # The micro benchmarks `make bench` runs before the peers, quoted from their last run
 # (bench/results/NAME.md): name -> (title, command, what it shows).
 MICRO = {
+    "ledger": (
+        "The CPU a run costs",
+        "make profile",
+        "where the sidecar's and its tool server's CPU per run goes, part by part.",
+    ),
+    "control_plane": (
+        "Control-plane calls beside running turns",
+        "make bench-control-plane",
+        "CreateSession and GetSession latency on an idle sidecar and while 32 zero-latency "
+        "turns keep it busy.",
+    ),
     "model_transport": (
         "The model transports and pacing",
         "make bench-model",
