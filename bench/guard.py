@@ -2,20 +2,28 @@
 
 ``python -m bench.guard`` (``make bench-guard``) starts a zero-latency LLM simulator, the
 example shop tool server and a sidecar in its default configuration (SQLite, the aiohttp
-transport), and two contender workers: the sidecar's client and the floor (a hand-written
-asyncio + aiohttp loop with the same tools in-process). Then, ``--rounds`` times, each runs
-``--runs`` turns of the workload at concurrency 1, interleaved, and the round's ratio is
+transport), its client, and the floor (a hand-written asyncio + aiohttp loop with the same
+tools in-process, on a simulator of its own). Each round runs ``--runs`` turns of the
+workload through the sidecar at concurrency 1 while the floor runs about as long beside
+it, and its ratio is
 
     (sidecar CPU + tool server CPU) per run  /  floor CPU per run
 
-CPU time, never wall time (each process's own CPU clock, to the nanosecond): the machine's
-load moves both sides alike, and a ratio within one round cancels the machine's speed. The
-guard prints every round and the medians, and fails (exit 1) when the median ratio is
-above the budget committed in ``bench/guard.json``. The budget only goes down: a change
-that speeds the hot path lowers it in the same commit.
+CPU time, never wall time (each process's own CPU clock, to the nanosecond). The machine's
+speed drifts from second to second; measured at the same time, the two sides drift
+together (measured one after the other, a round's ratio wandered about twice as far). The
+sidecar's processes share one CPU and the floor's another, so neither pays for the
+other's wake-ups. A process also keeps a bias of its own for its life (memory layout, hash
+seeds), so the rounds are spread over ``--instances`` fresh sets of processes.
 
-``--baseline DIR`` runs a second sidecar and tool server from another source tree (an older
-commit checked out there) in the same rounds: a before and after measured side by side.
+The guard prints the medians of the rounds and fails (exit 1) when the median ratio is
+above the budget committed in ``bench/guard.json``. The budget only goes down: a change
+that speeds the hot path lowers it in the same commit. ``--handicap MS`` makes this tree's
+sidecar burn MS more CPU per turn (:mod:`bench.handicap`), to show the guard fails.
+
+``--baseline DIR`` (repeatable) runs another sidecar and tool server from another source
+tree (an older commit checked out there) in the same rounds: a before and after measured
+side by side.
 """
 
 from __future__ import annotations
@@ -109,17 +117,19 @@ def run(
     rounds: int,
     runs: int,
     warmup: int,
-    baseline: Path | None = None,
+    baselines: dict[str, Path] | None = None,
     instances: int = 3,
     verbose: bool = False,
     handicap_ms: float = 0,
 ) -> list[dict[str, float]]:
     """Measure ``rounds`` rounds, spread over ``instances`` fresh sets of processes;
-    return each round's figures (with ``baseline``, its stack's under ``baseline_*``)."""
+    return each round's figures (each baseline's stack's under ``NAME_*``)."""
     found: list[dict[str, float]] = []
     for instance in range(instances):
         share = rounds // instances + (instance < rounds % instances)
-        found += _instance(share, runs, warmup, baseline, verbose, len(found), rounds, handicap_ms)
+        found += _instance(
+            share, runs, warmup, baselines or {}, verbose, len(found), rounds, handicap_ms
+        )
     return found
 
 
@@ -127,7 +137,7 @@ def _instance(
     rounds: int,
     runs: int,
     warmup: int,
-    baseline: Path | None,
+    baselines: dict[str, Path],
     verbose: bool,
     done: int,
     total: int,
@@ -138,8 +148,8 @@ def _instance(
     with tempfile.TemporaryDirectory() as tmp:
         sim, floor_sim = processes.simulator(), processes.simulator()
         stacks = {"": _Stack(sim, Path(tmp), None, handicap_ms)}
-        if baseline is not None:
-            stacks["baseline_"] = _Stack(sim, Path(tmp), baseline)
+        for name, tree in baselines.items():
+            stacks[f"{name}_"] = _Stack(sim, Path(tmp), tree)
         workers = {name: processes.Worker(name) for name in ("sidecar", "floor")}
         floor_url = f"http://{floor_sim.address}/openai/v1"
         cpus = sorted(os.sched_getaffinity(0))
@@ -184,8 +194,7 @@ def _round_line(
     line = ", ".join(
         f"{label}{figures[p + 'sidecar_ms']:.2f} + {figures[p + 'tools_ms']:.2f} ms "
         f"= {figures[p + 'ratio']:.2f}x the floor's {figures[p + 'floor_ms']:.3f}"
-        for p, label in (("", ""), ("baseline_", "baseline "))
-        if p in stacks
+        for p, label in ((p, f"{p[:-1]} " if p else "") for p in stacks)
     )
     return f"round {number + 1:3d}/{rounds}: {line}"
 
@@ -201,7 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=50, help="sidecar turns per round")
     parser.add_argument("--warmup", type=int, default=200, help="turns before measuring")
     parser.add_argument("--budget", type=float, help="fail above this ratio (default: guard.json)")
-    parser.add_argument("--baseline", type=Path, help="another source tree, measured alongside")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        help="another source tree, measured alongside (repeatable; named by its directory)",
+    )
     parser.add_argument(
         "--instances", type=int, default=3, help="fresh sets of processes the rounds span"
     )
@@ -223,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds,
         args.runs,
         args.warmup,
-        baseline=args.baseline,
+        baselines={tree.name: tree for tree in args.baseline or ()},
         instances=args.instances,
         verbose=args.verbose,
         handicap_ms=args.handicap,
@@ -236,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         f"(rounds from {min(ratios):.2f} to {max(ratios):.2f}); budget {budget:.2f}x; "
         f"{time.perf_counter() - started:.0f} s"
     )
-    if args.baseline is not None:
+    for tree in args.baseline or ():
+        p = f"{tree.name}_"
         print(
-            f"baseline: sidecar {medians['baseline_sidecar_ms']:.3f} + tools "
-            f"{medians['baseline_tools_ms']:.3f} ms per run: {medians['baseline_ratio']:.2f}x"
+            f"{tree.name}: sidecar {medians[p + 'sidecar_ms']:.3f} + tools "
+            f"{medians[p + 'tools_ms']:.3f} ms per run: {medians[p + 'ratio']:.2f}x"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": found, "medians": medians}, indent=1))
