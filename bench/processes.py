@@ -127,6 +127,8 @@ def sidecar(
             config["server"].update(server)
         if model is not None:
             config["model"].update(model)
+        if source is not None and "keyless" not in (source / "sidecar/config.py").read_text():
+            del config["model"]["keyless"]  # older trees ran keyless without being told
         if auth is not None:
             config["auth"] = auth
         if profiles is not None:

@@ -345,8 +345,9 @@ class Turns:
         if time_remaining is None:
             budget = DEFAULT_RUN_TIMEOUT
         else:
-            # Keep a little of the caller's deadline back to deliver the result in.
-            margin = min(_RESULT_MARGIN, time_remaining * 0.1)
+            # Keep some of the caller's deadline back to deliver the result in: a busy
+            # process takes as long to answer a short deadline as a long one.
+            margin = min(_RESULT_MARGIN, time_remaining * 0.25)
             budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
         variant, profile = turn.variant, turn.profile

@@ -145,13 +145,13 @@ async def test_a_shorter_caller_deadline_wins_over_the_budget(
 ) -> None:
     await sim.faults({"kind": "hang"})
     session = await client.create_session("roomy")
-    response = await client.run(session.session_id, "hello again", timeout=1.0)
+    response = await client.run(session.session_id, "hello again", timeout=2.0)
     result = response.result
-    # The caller's deadline ran out, not the 30 s budget.
+    # The caller's deadline ran out, not the 30 s budget, and the result came back within it.
     assert result.stop_reason == agent_pb2.STOP_REASON_BUDGET_EXHAUSTED
     assert not result.budget_overruns
     model = next(s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL)
-    assert ms(model.model_call.time_allowed) < 1000
+    assert ms(model.model_call.time_allowed) < 2000
 
 
 def _budget(policy: str, **budgets: float) -> tuple[RunBudget, float]:
