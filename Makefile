@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-model bench-unix latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
@@ -50,22 +50,12 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
-## bench: the micro benchmarks below, then the benchmark against the peers, which writes
-## docs/benchmarks.md quoting them (about 15 minutes).
-bench: install-bench
-	$(PY) -m bench.micro.model_transport
-	$(PY) -m bench.micro.unix_socket
-	$(PY) -m bench.micro.control_plane
-	$(PY) -m bench.profile
+## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, profile), then
+## the benchmark against the peers, which writes docs/benchmarks.md quoting them (about 15
+## minutes).
+bench: install-bench bench-control-plane profile
 	$(PY) -m bench.peers
 
-## bench-model: CPU per model request of each transport, and pacing against a burst.
-bench-model: install
-	$(PY) -m bench.micro.model_transport
-
-## bench-unix: the same calls over the sidecar's Unix socket and its TCP port.
-bench-unix: install
-	$(PY) -m bench.micro.unix_socket
 
 ## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes
 ## docs/benchmarks-soak.md and bench/results/soak.json (about 6 minutes).
