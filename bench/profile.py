@@ -30,6 +30,7 @@ from sidecar.testing import ServerProcess
 
 OUT = processes.ROOT / "bench/results/profile"
 LEDGER = processes.ROOT / "bench/results/ledger.md"
+LEDGER_CHART = processes.ROOT / "docs/img/bench-ledger.png"
 
 # A sample belongs to the part of a run that asked for the work: the innermost frame of
 # the product's own code names it (asyncio, aiohttp or gRPC work called from the model
@@ -161,6 +162,8 @@ def ledger(shares: dict[str, dict[str, float]], cpu_ms: dict[str, float], concur
         "(measured over a batch of runs, unsampled) split by the share of py-spy's samples "
         "that each part of the run asked for (`make profile`).",
         "",
+        "![the CPU ledger](img/bench-ledger.png)",
+        "",
         "| process | part | ms per run | share |",
         "| --- | --- | ---: | ---: |",
     ]
@@ -223,8 +226,38 @@ def main(argv: list[str] | None = None) -> int:
     LEDGER.with_suffix(".json").write_text(
         json.dumps({"cpu_ms": cpu_ms, "shares": shares}, indent=1) + "\n"
     )
+    chart(shares, cpu_ms)
     print(f"\n{table}\n\ncollapsed stacks: {OUT.relative_to(processes.ROOT)}/")
     return 0
+
+
+def chart(shares: dict[str, dict[str, float]], cpu_ms: dict[str, float]) -> None:
+    """The ledger as a chart (``docs/img/bench-ledger.png``): each part's ms per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [
+        (f"{part} ({process})", share * cpu_ms[process])
+        for process, parts in shares.items()
+        for part, share in parts.items()
+        if share * cpu_ms[process] >= 0.005
+    ]
+    rows.sort(key=lambda row: row[1])
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
+    colors = ["#9cc3e6" if "(tool-server)" in label else "#3b6ea5" for label, _ in rows]
+    ax.barh([label for label, _ in rows], [ms for _, ms in rows], color=colors)
+    for i, (_, ms) in enumerate(rows):
+        ax.text(ms + 0.005, i, f"{ms:.3f}", va="center", fontsize=8)
+    ax.set_xlabel("CPU per zero-latency run (ms)")
+    ax.set_title(
+        f"CPU ledger: sidecar {cpu_ms['sidecar']:.2f} + tool server "
+        f"{cpu_ms['tool-server']:.2f} ms per run",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(LEDGER_CHART, dpi=110)
 
 
 if __name__ == "__main__":
