@@ -100,8 +100,8 @@ class AgentClientTest {
           call.getToolName() + ": " + call.getStatus());
     }
     assertEquals(
-        finished.stream().filter(f -> f.getStatus() == ToolCallStatus.TOOL_CALL_STATUS_OK).count(),
-        events.stream().filter(StreamRunResponse::hasToolCallStarted).count());
+        finished.size(), events.stream().filter(StreamRunResponse::hasToolCallStarted).count(),
+        "each call starts once, whether it ran or came from the cache");
 
     RunResult result = last.getRunFinished();
     assertEquals(StopReason.STOP_REASON_ANSWERED, result.getStopReason());
