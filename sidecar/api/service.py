@@ -181,7 +181,7 @@ class AgentServicer:
         ):
             problems.append(FieldViolation("decision", "must be APPROVE or DENY"))
         approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
-        self._agent.decide(
+        await self._agent.decide(
             principal,
             request.session_id,
             request.call_id,
