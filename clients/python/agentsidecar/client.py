@@ -401,6 +401,8 @@ class AgentClient:
                     last = event.sequence
                     backoff = 0.05
                     yield event
+                    if event.HasField("run_finished"):
+                        return
                 # Ended cleanly: the run has finished and every event after ``last`` was
                 # sent (none, when the caller had them all already).
                 return

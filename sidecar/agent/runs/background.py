@@ -325,12 +325,13 @@ class BackgroundRuns:
                     last = sequence
                 if len(events) == _EVENT_PAGE:
                     continue
-                if not events:
-                    run = await self._store.get(run_id)
-                    if run is None:
-                        raise RunNotFound(run_id)
-                    if run.state.finished and run.last_sequence <= last:
-                        return
+                # The last event is stored with the final state: once the run has finished
+                # and the watcher has its events, the watch is over.
+                run = await self._store.get(run_id)
+                if run is None:
+                    raise RunNotFound(run_id)
+                if run.state.finished and run.last_sequence <= last:
+                    return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.settings.poll_interval):
                         await changed.wait()
