@@ -21,8 +21,8 @@ from sidecar.sessions.postgres import PostgresSessionStore
 from sidecar.sessions.runs import RunBounds, RunChange
 from sidecar.sessions.sqlite import SqliteSessionStore
 from sidecar.sessions.store import MemorySessionStore, SessionStore
+from sidecar.testing import PostgresServer, create_database, drop_database
 from sidecar.types import CallbackStatus, PendingApproval, RunRecord, RunState, StopReason, Turn
-from tests.support.pg import PostgresServer, create_database, drop_database
 from tests.support.stack import eventually
 
 ALL = ["memory", "sqlite", "postgres"]

@@ -24,8 +24,8 @@ from sidecar.sessions.postgres import PostgresSessionStore
 from sidecar.sessions.records import encode_labels, encode_turn
 from sidecar.sessions.sqlite import SqliteSessionStore
 from sidecar.sessions.store import MemorySessionStore, SessionStore
+from sidecar.testing import PostgresServer, create_database, drop_database
 from sidecar.types import StopReason, Turn, Usage
-from tests.support.pg import PostgresServer, create_database, drop_database
 from tests.support.stack import eventually
 
 ALL = ["memory", "sqlite", "sqlite-full", "postgres"]
