@@ -52,10 +52,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 ## bench: the micro benchmarks below, then the benchmark against the peers, which writes
 ## docs/benchmarks.md quoting them (about 15 minutes).
-bench: install-bench
+bench: install-bench postgres
 	$(PY) -m bench.micro.model_transport
 	$(PY) -m bench.micro.unix_socket
 	$(PY) -m bench.micro.control_plane
+	$(PY) -m bench.micro.background_runs
 	$(PY) -m bench.profile
 	$(PY) -m bench.peers
 
