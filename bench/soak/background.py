@@ -4,13 +4,14 @@ replica SIGKILLed halfway, and nothing lost.
 ``python -m bench.soak.background`` (``make soak-background``; part of ``make soak``)
 starts a private PostgreSQL server, the LLM simulator (``--model-ms`` to the first token of
 each call, so a run lasts about twice that), the example shop tool server (30/20/10 ms
-tools) and two sidecar replicas, A and B, sharing the store (a lease of ``--lease`` seconds,
-``--slots`` runs at once each, so runs queue and the kill finds many in flight). It starts
-``--runs`` background runs, each in a session of its own, on A and B in turn
-(``--concurrency`` callers starting them). Every
-fifth is a reservation (``reserve_stock``: a call that is not safe to repeat), the rest the
-pre-sales turn (three read-only calls). A sample of A's runs is watched live from B. When
-half the runs have finished, A is SIGKILLed; B takes A's runs over as their leases lapse.
+read tools, 500 ms reservations) and two sidecar replicas, A and B, sharing the store (a
+lease of ``--lease`` seconds, ``--slots`` runs at once each, so runs queue and the kill
+finds many in flight). It starts ``--runs`` background runs, each in a session of its own,
+on A and B in turn (``--concurrency`` callers starting them). Every fifth is a reservation
+(``reserve_stock``: a call that is not safe to repeat), the rest the pre-sales turn (three
+read-only calls). A's reservations and a sample of its other runs are watched live from B.
+When half the runs have finished and one of A's reservations is being sent (or 10 s later),
+A is SIGKILLed; B takes A's runs over as their leases lapse.
 
 Then every run is judged from B, through the API alone:
 
@@ -55,6 +56,8 @@ from sidecar.testing import (
 
 OUT = ROOT / "bench/results/background_soak.md"
 RESERVE = "Reserve one SKU-RED-MUG for my order"
+RESERVE_MS = 500.0
+"""How long a reservation takes at the tool server: the kill may land while one is sent."""
 FINAL = {
     agent_pb2.RUN_STATE_COMPLETED,
     agent_pb2.RUN_STATE_FAILED,
@@ -82,6 +85,7 @@ class Soak:
     def __init__(self) -> None:
         self.runs: list[tuple[str, str, str]] = []  # (run id, kind, replica)
         self.watched: dict[str, list[int]] = {}  # run id -> sequences a live watcher saw
+        self.sending: dict[str, float] = {}  # reservations sending their call: since when
         self.problems: list[str] = []
 
 
@@ -111,6 +115,10 @@ async def _watch_live(soak: Soak, client: AgentClient, run_id: str) -> None:
     with contextlib.suppress(Exception):  # judged afterwards from what it saw
         async for event in client.watch_run(run_id, timeout=600):
             seen.append(event.sequence)
+            if event.HasField("tool_call_started"):
+                soak.sending[run_id] = time.perf_counter()
+            elif event.HasField("tool_call_finished"):
+                soak.sending.pop(run_id, None)
 
 
 async def _finished(db: asyncpg.Connection) -> int:
@@ -120,7 +128,13 @@ async def _finished(db: asyncpg.Connection) -> int:
 
 
 async def _judge(soak: Soak, client: AgentClient) -> dict[str, int]:
-    counts = {"completed": 0, "resumed": 0, "interrupted": 0, "other": 0}
+    counts = {
+        "completed": 0,
+        "resumed": 0,
+        "resumed_reservations": 0,
+        "interrupted": 0,
+        "other": 0,
+    }
     for run_id, kind, _ in soak.runs:
         run = await client.get_run(run_id)
         if run.state not in FINAL:
@@ -139,6 +153,7 @@ async def _judge(soak: Soak, client: AgentClient) -> dict[str, int]:
         if run.state == agent_pb2.RUN_STATE_COMPLETED:
             counts["completed"] += 1
             counts["resumed"] += resumed
+            counts["resumed_reservations"] += resumed and kind == "reservation"
             if resumed and kind == "reservation" and run.attempts > 1:
                 # Resuming a reservation is allowed only when its call had not been sent.
                 started = [e for e in events if e.HasField("tool_call_started")]
@@ -172,13 +187,22 @@ async def _soak(
         started = time.perf_counter()
         await _start_runs(soak, clients, args.runs, args.concurrency)
         submitted = time.perf_counter() - started
-        on_a = [r for r, _, replica in soak.runs if replica == "a"]
-        watchers = [
-            asyncio.create_task(_watch_live(soak, clients["b"], r)) for r in on_a[-args.watched :]
-        ]
+        on_a = [(r, kind) for r, kind, replica in soak.runs if replica == "a"]
+        live = [r for r, kind in on_a if kind == "reservation"]
+        live += [r for r, kind in on_a if kind != "reservation"][-args.watched :]
+        watchers = [asyncio.create_task(_watch_live(soak, clients["b"], r)) for r in live]
         # The state is in the store, written by other processes: polled.
         while await _finished(db) < args.runs // 2:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
+        # Then wait (10 s at most) for a reservation seen starting its call a moment ago:
+        # its 500 ms call is then surely under way, and the kill cuts it off.
+        fresh = 0
+        for _ in range(1000):
+            now = time.perf_counter()
+            fresh = sum(1 for since in soak.sending.values() if now - since < RESERVE_MS / 5000)
+            if fresh:
+                break
+            await asyncio.sleep(0.01)
         replicas["a"].kill()
         killed = time.perf_counter()
         print(f"replica A killed after {killed - started:.1f} s", flush=True)
@@ -200,6 +224,7 @@ async def _soak(
         "submitted_seconds": submitted,
         "recovered_seconds": recovered,
         "watched_live": len(soak.watched),
+        "reservations_being_sent_at_the_kill": fresh,
         **counts,
         "problems": soak.problems,
     }
@@ -218,10 +243,14 @@ def _report(result: dict[str, Any], args: argparse.Namespace, took: float) -> st
         f"| runs started (in {result['submitted_seconds']:.1f} s) | {result['runs']} |",
         f"| completed | {result['completed']} |",
         f"| of which resumed on the survivor after the kill | {result['resumed']} |",
+        f"| of those, reservations (cut off before their call, or after it had finished) | "
+        f"{result['resumed_reservations']} |",
         f"| failed as interrupted (a reservation cut off after it was sent) | "
         f"{result['interrupted']} |",
         f"| ended otherwise | {result['other']} |",
         f"| watched live across the takeover | {result['watched_live']} |",
+        f"| reservations seen starting their call just before A was killed | "
+        f"{result['reservations_being_sent_at_the_kill']} |",
         f"| lost, or against the rules | {lost} |",
         "",
         f"Every run had finished {result['recovered_seconds']:.1f} s after the kill (lease "
@@ -235,7 +264,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=16, help="callers starting runs")
-    parser.add_argument("--watched", type=int, default=20, help="A's runs watched live from B")
+    parser.add_argument(
+        "--watched", type=int, default=20, help="A's other runs watched live from B"
+    )
     parser.add_argument("--lease", type=float, default=2.0, help="sessions.postgres.lease")
     parser.add_argument("--slots", type=int, default=32, help="background.max_running")
     parser.add_argument("--model-ms", type=float, default=1000.0, help="first-token delay")
@@ -252,9 +283,10 @@ def main() -> int:
             scenario = Path(tmp) / "scenario.yaml"
             scenario.write_text(yaml.safe_dump(_SCENARIO))
             sim = start(
-                "-m", "llmsim", "--port", "0", "--ttft-ms", "50", "--scenario", str(scenario)
+                *("-m", "llmsim", "--port", "0", "--scenario", str(scenario)),
+                *("--ttft-ms", f"{args.model_ms:g}"),
             )
-            tools = shop(TOOL_MS)
+            tools = shop({**TOOL_MS, "reserve_stock": RESERVE_MS})
             dsn = asyncio.run(create_database(server))
             sections: dict[str, Any] = {
                 "sessions": {"store": "postgres", "postgres": {"dsn": dsn, "lease": args.lease}},
