@@ -11,12 +11,13 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess
-from tests.support.runs import events_of, kinds
+from tests.support.runs import CALLBACK_SECRET, events_of, kinds, receiver, signed_correctly
 from tests.support.stack import (
     eventually,
     scripted_toolserver,
@@ -37,13 +38,22 @@ def processes() -> Iterator[tuple[ServerProcess, ServerProcess]]:
 
 def _config(processes: tuple[ServerProcess, ServerProcess], tmp_path: Path) -> dict[str, Any]:
     sim, tools = processes
+    callbacks = {
+        "allowed_hosts": ["127.0.0.1"],
+        "allow_private_networks": True,
+        "allow_http": True,
+        "secret_env": "CALLBACK_SECRET",
+    }
     return sidecar_config(
         sim,
         [{"name": "scripted", "address": tools.address}],
         server={"port": 0, "grace_period": 0.3},  # a drain hands running runs over soon
         sessions={"sqlite": {"path": str(tmp_path / "sessions.db")}},
-        background={"flush_interval": 0.02, "poll_interval": 0.2},
+        background={"flush_interval": 0.02, "poll_interval": 0.2, "callbacks": callbacks},
     )
+
+
+ENV = {"CALLBACK_SECRET": CALLBACK_SECRET}
 
 
 async def _cut_off(
@@ -53,13 +63,14 @@ async def _cut_off(
     count: int,
     how: str,
     reached: Callable[[], Awaitable[bool]] | None = None,
+    callback_url: str = "",
 ) -> tuple[str, str, list[agent_pb2.StreamRunResponse]]:
     """Start a run, watch it to its ``count``-th ``kind`` event (and until ``reached``
     holds), then stop the sidecar ``how``; the session, the run and the events seen."""
     async with AgentClient(side.address) as client:
         await client.wait_ready(20)
         session = (await client.create_session()).session_id
-        run = await client.start_run(session, text)
+        run = await client.start_run(session, text, callback_url=callback_url)
         seen: list[agent_pb2.StreamRunResponse] = []
         async with asyncio.timeout(30), aclosing(client.watch_run(run.run_id)) as watch:
             async for event in watch:
@@ -81,12 +92,12 @@ async def test_a_run_cut_off_in_a_step_safe_to_repeat_goes_on_from_its_last_step
 ) -> None:
     config = _config(processes, tmp_path)
     reads = (await tool_stats(processes[1].address))["calls"].get("slow_read", 0)
-    with sidecar(config, tmp_path) as side:
+    with sidecar(config, tmp_path, env=ENV) as side:
         # Step 2's read is under way (it takes 2.5 s) when the sidecar stops.
         session, run_id, seen = await _cut_off(
             side, "read then read slowly", "tool_call_started", 2, how
         )
-    with sidecar(config, tmp_path) as side:
+    with sidecar(config, tmp_path, env=ENV) as side:
         async with AgentClient(side.address) as client:
             await client.wait_ready(20)
             seen += await events_of(client, run_id, after=seen[-1].sequence, timeout=30)
@@ -125,11 +136,11 @@ async def test_a_run_cut_off_after_sending_a_call_not_safe_to_repeat_fails_as_in
     async def sent() -> bool:  # the reservation reached its tool server
         return bool((await tool_stats(tools))["calls"].get("reserve", 0) > reserves)
 
-    with sidecar(config, tmp_path) as side:
+    with sidecar(config, tmp_path, env=ENV) as side:
         session, run_id, seen = await _cut_off(
             side, "slow reservation please", "tool_call_started", 1, how, sent
         )
-    with sidecar(config, tmp_path) as side:
+    with sidecar(config, tmp_path, env=ENV) as side:
         async with AgentClient(side.address) as client:
             await client.wait_ready(20)
             seen += await events_of(client, run_id, after=seen[-1].sequence, timeout=30)
@@ -152,3 +163,36 @@ async def test_a_run_cut_off_after_sending_a_call_not_safe_to_repeat_fails_as_in
     assert [(t.run_id, t.stop_reason) for t in stored.turns] == [
         (run_id, agent_pb2.STOP_REASON_INTERRUPTED)
     ]
+
+
+async def test_a_run_failed_as_interrupted_after_a_restart_still_calls_its_callback(
+    processes: tuple[ServerProcess, ServerProcess], tmp_path: Path
+) -> None:
+    config = _config(processes, tmp_path)
+    tools = processes[1].address
+    reserves = (await tool_stats(tools))["calls"].get("reserve", 0)
+
+    async def sent() -> bool:
+        return bool((await tool_stats(tools))["calls"].get("reserve", 0) > reserves)
+
+    async with receiver() as hook:
+        with sidecar(config, tmp_path, env=ENV) as side:
+            _, run_id, _ = await _cut_off(
+                side, "slow reservation please", "tool_call_started", 1, "sigkill", sent, hook.url
+            )
+        assert hook.deliveries == []
+        with sidecar(config, tmp_path, env=ENV) as side:
+            (delivery,) = await hook.wait(1)
+            async with AgentClient(side.address) as client:
+
+                async def delivered() -> bool:
+                    run = await client.get_run(run_id)
+                    return run.callback_status == agent_pb2.CALLBACK_STATUS_DELIVERED
+
+                await eventually(delivered)
+    assert signed_correctly(delivery) and delivery.headers["webhook-id"] == run_id
+    body = orjson.loads(delivery.body)
+    assert (body["state"], body["result"]["stopReason"]) == (
+        "RUN_STATE_FAILED",
+        "STOP_REASON_INTERRUPTED",
+    )

@@ -263,14 +263,13 @@ class Runner:
                 await self._call_back(run)
                 return
             principal = self._snapshot().authenticator.principal(run.principal)
+            session_id = principal.shown(run.session_key) if principal is not None else ""
             if principal is None:
                 await self._reject(
-                    run, "principal_removed", "its principal is no longer configured"
+                    active, "principal_removed", "its principal is no longer configured"
                 )
-                return
-            session_id = principal.shown(run.session_key)
-            if run.cancel_requested:
-                await self._end_cancelled(run, started=run.state is not RunState.SUBMITTED)
+            elif run.cancel_requested:
+                await self._end_cancelled(active, started=run.state is not RunState.SUBMITTED)
             elif run.state is RunState.SUBMITTED:
                 await self._start(active, principal, session_id)
             else:
@@ -306,13 +305,13 @@ class Runner:
             await self._give_back(run, self._settings.poll_interval)  # full here, for now
         except SessionBusy:
             if resumed:
-                await self._interrupt(run, "another turn holds its session")
+                await self._interrupt(active, "another turn holds its session")
             else:
                 await self._give_back(run, self._settings.poll_interval)  # a foreground turn
         except SessionNotFound:
             pass  # deleted: its runs went with it
         except (PermissionDenied, ProfileRemoved, InputTooLarge) as exc:
-            await self._reject(run, "not_allowed", exc.message)
+            await self._reject(active, "not_allowed", exc.message)
         return None
 
     async def _start(self, active: _Active, principal: Principal, session_id: str) -> None:
@@ -337,7 +336,7 @@ class Runner:
             return  # deleted: its runs went with it
         verdict = judge(run, session, max_attempts=self._settings.max_attempts)
         if not verdict.resumable:
-            await self._interrupt(run, verdict.why)
+            await self._interrupt(active, verdict.why)
             return
         turn = await self._claim_turn(active, principal, session_id, resumed=True)
         if turn is None:
@@ -384,7 +383,7 @@ class Runner:
             # Lost before it began, or cancelled: its turn never runs.
             await self._turns.abandon(turn, stored=False)
             if opened:
-                await self._end_cancelled(run, started=True, journal=journal)
+                await self._end_cancelled(active, started=True)
             else:
                 await self._sessions.release_turn(run.session_key, run.run_id)
             return
@@ -424,9 +423,11 @@ class Runner:
 
     # -- ends without a turn of their own -------------------------------------------
 
-    async def _end_cancelled(
-        self, run: RunRecord, *, started: bool, journal: Journal | None = None
-    ) -> None:
+    # Each of these ends the run through its own journal (``active.journal``), so that a
+    # callback it names is delivered next, as after any run's end.
+
+    async def _end_cancelled(self, active: _Active, *, started: bool) -> None:
+        run = active.record
         outcome = RunOutcome.failed(
             StopReason.CANCELLED,
             CANCELLED_CODE,
@@ -435,15 +436,15 @@ class Runner:
             total=0.0,
         )
         turn = self._turn(run, StopReason.CANCELLED) if started else None
-        await (journal or self._journal(_Active(run))).end(
-            RunState.CANCELED, self._codec.result(outcome), turn
-        )
+        journal = active.journal or self._journal(active)
+        await journal.end(RunState.CANCELED, self._codec.result(outcome), turn)
 
-    async def _interrupt(self, run: RunRecord, why: str) -> None:
+    async def _interrupt(self, active: _Active, why: str) -> None:
+        run = active.record
         outcome = RunOutcome.failed(
             StopReason.INTERRUPTED, "interrupted", why, retryable=True, total=0.0
         )
-        journal = self._journal(_Active(run))
+        journal = self._journal(active)
         if await journal.end(
             RunState.FAILED, self._codec.result(outcome), self._turn(run, StopReason.INTERRUPTED)
         ):
@@ -457,8 +458,9 @@ class Runner:
                     error="interrupted",
                 )
 
-    async def _reject(self, run: RunRecord, code: str, why: str) -> None:
-        journal = self._journal(_Active(run))
+    async def _reject(self, active: _Active, code: str, why: str) -> None:
+        run = active.record
+        journal = self._journal(active)
         if await journal.end(RunState.REJECTED, self._codec.rejected(code, why), None):
             if self._audit.enabled:
                 self._audit.record("run_rejected", run.principal, run_id=run.run_id, error=code)
