@@ -285,7 +285,10 @@ class Runner:
             raise
         except Exception:
             log.exception("background run %s failed in the runner", run.run_id)
-            await self._give_back(run, self._settings.poll_interval)
+            try:
+                await self._give_back(run, self._settings.poll_interval)
+            except Exception:  # the store is away: the run's lease (or the next start) frees it
+                log.warning("background run %s could not be given back", run.run_id)
 
     async def _claim_turn(
         self, active: _Active, principal: Principal, session_id: str, *, resumed: bool
