@@ -18,6 +18,9 @@ it picks a status code::
     │   ├── SessionNotFound       no such session (never created, deleted, expired)
     │   ├── ProfileNotFound       no such agent profile in the configuration
     │   ├── CallNotPending        no such tool call is waiting for approval
+    │   ├── RunNotFound           no such background run (never started, expired, deleted)
+    │   ├── CallbackNotAllowed    a run's callback URL is one the configuration refuses
+    │   ├── BackgroundRunsDisabled  the sidecar serves no background runs
     │   ├── SessionExists         create: the id is taken
     │   ├── SessionBusy           another run holds the session (retryable)
     │   ├── ProfileRemoved        the session's profile is no longer configured
@@ -26,6 +29,7 @@ it picks a status code::
     │       ├── Overloaded        too many runs in flight (retryable)
     │       ├── TooManySessions   the store holds as many sessions as allowed
     │       ├── QuotaExceeded     the principal used its quota (runs, rate, sessions)
+    │       ├── RunQueueFull      as many background runs are queued and running as allowed
     │       └── StreamBacklog     the caller read a stream too slowly
     ├── ModelError                the model could not produce a response (code, status)
     │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
@@ -50,8 +54,10 @@ __all__ = [
     "DEADLINE_EXCEEDED",
     "MODEL_TIMEOUT",
     "ArgumentsInvalid",
+    "BackgroundRunsDisabled",
     "BreakerOpenError",
     "CallNotPending",
+    "CallbackNotAllowed",
     "ConfigError",
     "Draining",
     "FieldViolation",
@@ -68,6 +74,8 @@ __all__ = [
     "QuotaExceeded",
     "RequestError",
     "ResourceExhausted",
+    "RunNotFound",
+    "RunQueueFull",
     "SessionBusy",
     "SessionExists",
     "SessionNotFound",
@@ -221,6 +229,30 @@ class CallNotPending(RequestError):
         self.resource = ("agentsidecar.v1.ToolCall", f"{session_id}/{call_id}")
 
 
+class RunNotFound(RequestError):
+    """No such background run (never started, expired, or its session was deleted); a run
+    another principal started does not exist for the caller."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no background run {run_id!r}")
+        self.resource = ("agentsidecar.v1.Run", run_id)
+
+
+class CallbackNotAllowed(RequestError):
+    """A run's completion callback names a URL the configuration does not let callbacks go
+    to (``background.callbacks``), or its principal has no secret to sign it with."""
+
+
+class BackgroundRunsDisabled(RequestError):
+    """The sidecar serves no background runs (``background.enabled: false``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this sidecar serves no background runs (background.enabled is false); use "
+            "StreamRun or Run"
+        )
+
+
 class SessionExists(RequestError):
     """A session with that id already exists."""
 
@@ -304,6 +336,21 @@ class QuotaExceeded(ResourceExhausted):
         self.quota = (f"principal:{principal}", f"{quota} at most {limit}")
         self.retry_after = retry_after
         self.retryable = retry_after is not None
+
+
+class RunQueueFull(ResourceExhausted):
+    """As many background runs are queued and running as ``background.max_runs`` allows."""
+
+    retryable = True
+    retry_after = 5.0
+    """A hint: a slot frees when any run finishes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} background runs are queued or running, the most the sidecar takes; "
+            "retry when some have finished",
+            metadata={"limit": str(limit)},
+        )
 
 
 class StreamBacklog(ResourceExhausted):

@@ -2,7 +2,8 @@
 
 Model calls and tool calls (:class:`ToolCall`, :class:`Usage`), a run's outcome and
 timeline (:class:`RunOutcome`, :class:`Stage`, :class:`StopReason`), its budget overruns
-and cost, a session and its turns (:class:`Session`, :class:`Turn`), breaker states.
+and cost, a session and its turns (:class:`Session`, :class:`Turn`), a background run as
+stored (:class:`RunRecord`, :class:`RunState`), breaker states.
 They live here, below every layer, so that the loop, the dispatcher, the stores and
 telemetry can share them without importing each other.
 
@@ -391,3 +392,98 @@ class Session:
     def messages(self) -> list[dict[str, Any]]:
         """The whole conversation as model messages (no system prompt), oldest first."""
         return [m for t in self.turns for m in t.messages]
+
+
+class RunState(enum.IntEnum):
+    """Where a background run is (``agentsidecar.v1.RunState``: A2A's task states, value
+    for value)."""
+
+    SUBMITTED = 1
+    WORKING = 2
+    COMPLETED = 3
+    FAILED = 4
+    CANCELED = 5
+    INPUT_REQUIRED = 6
+    REJECTED = 7
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINAL_STATES
+
+    @classmethod
+    def of(cls, reason: StopReason) -> RunState:
+        """The final state of a run that ended for ``reason``."""
+        if reason in (StopReason.ANSWERED, StopReason.BUDGET_ANSWERED):
+            return cls.COMPLETED
+        if reason is StopReason.CANCELLED:
+            return cls.CANCELED
+        if reason is StopReason.REFUSED:
+            return cls.REJECTED  # the model declined the task: A2A's "rejected"
+        return cls.FAILED
+
+
+_FINAL_STATES = frozenset(
+    {RunState.COMPLETED, RunState.FAILED, RunState.CANCELED, RunState.REJECTED}
+)
+ACTIVE_STATES = (RunState.SUBMITTED, RunState.WORKING, RunState.INPUT_REQUIRED)
+"""The states of a background run that has not finished."""
+
+
+class CallbackStatus(enum.IntEnum):
+    """How a background run's completion callback went (``agentsidecar.v1.CallbackStatus``);
+    NONE: the run names none (the proto's UNSPECIFIED)."""
+
+    NONE = 0
+    PENDING = 1
+    DELIVERED = 2
+    FAILED = 3
+
+
+@dataclass(slots=True, kw_only=True)
+class PendingApproval:
+    """A background run's tool call waiting for approval, as stored with the run."""
+
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: str
+    destructive: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class RunRecord:
+    """A background run as its store keeps it."""
+
+    run_id: str
+    session_key: str
+    """The store's key of its session (see ``Principal.key``)."""
+    principal: str
+    """The name of the principal that started it; empty for the anonymous one."""
+    input: str
+    structured: bool
+    """OUTPUT_MODE_STRUCTURED: no text deltas."""
+    state: RunState
+    create_time: float
+    """Wall-clock times, seconds since the epoch."""
+    update_time: float
+    end_time: float = 0.0
+    last_sequence: int = 0
+    """The sequence of its latest stored event."""
+    result: bytes = b""
+    """Its result once it finished, encoded by the front that stores its events."""
+    pending: list[PendingApproval] = field(default_factory=list)
+    """Its calls waiting for approval (in INPUT_REQUIRED)."""
+    callback_url: str = ""
+    callback_status: CallbackStatus = CallbackStatus.NONE
+    callback_attempts: int = 0
+    attempts: int = 0
+    """How many times a replica took it up; each take bumps it, and a write is accepted
+    only from the replica holding the latest (a fencing token)."""
+    checkpoint: bytes = b""
+    """Where its last completed step left it (see ``agent.runs.resume``); empty before."""
+    checkpoint_step: int = 0
+    unsafe_step: int = 0
+    """The latest step that dispatched a tool call not safe to repeat."""
+    cancel_requested: bool = False
+    ordinal: int = 0
+    """Its place in the order runs were started, store-wide (for paging)."""

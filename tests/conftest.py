@@ -23,15 +23,15 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from agentsidecar.client import AgentClient
-from sidecar.testing import start_process
-from tests.support.otlp import otlp_receiver
-from tests.support.pg import (
-    MISSING,
+from sidecar.testing import (
+    POSTGRES_MISSING,
     PostgresServer,
     create_database,
     drop_database,
-    server_binaries,
+    postgres_binaries,
+    start_process,
 )
+from tests.support.otlp import otlp_receiver
 from tests.support.stack import SimControl, scripted_toolserver, sidecar, sidecar_config, simulator
 
 # Property-based suites: a fixed, bounded run in `make test` (derandomized: the same
@@ -121,9 +121,9 @@ def observed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole test session, started on first use."""
-    binaries = server_binaries()
+    binaries = postgres_binaries()
     if binaries is None:
-        pytest.fail(MISSING)
+        pytest.fail(POSTGRES_MISSING)
     server = PostgresServer(binaries)
     server.start()
     try:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from sidecar.config import (
     AuthConfig,
+    BackgroundConfig,
     CacheConfig,
     ModelConfig,
     PriceConfig,
@@ -127,6 +128,7 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(CacheConfig, "cache.")
         + _config_keys(SecurityConfig, "security.")
         + _config_keys(AuthConfig, "auth.")
+        + _config_keys(BackgroundConfig, "background.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

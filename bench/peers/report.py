@@ -260,6 +260,13 @@ MICRO = {
         "CPU per model request of each transport (docs/models.md#transports), and a burst "
         "against a rate-limited endpoint with pacing on and off (docs/models.md#pacing).",
     ),
+    "background_runs": (
+        "Background runs",
+        "make bench-background",
+        "a background run (StartRun, then WatchRun to its end) against the same run "
+        "streamed (StreamRun), and the throughput of one and two replicas on one PostgreSQL "
+        "(docs/background-runs.md).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",

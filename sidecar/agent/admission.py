@@ -35,6 +35,9 @@ class Running:
     stopped: StopReason | None = None
     """Why the sidecar stopped the turn, once it did."""
     why: str = ""
+    code: str = ""
+    """The stopped run's error code; empty: the reason's own (``session_deleted`` for
+    CANCELLED, ``interrupted`` for INTERRUPTED)."""
     in_loop: bool = False
     """The turn is in its loop: stopping it now ends it with a result."""
     done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -110,10 +113,11 @@ class Admission:
         return self._running.get(key)
 
     @staticmethod
-    def stop(running: Running, reason: StopReason, why: str) -> None:
-        """Stop a turn in its loop: it ends ``reason`` with ``why``, and is stored."""
+    def stop(running: Running, reason: StopReason, why: str, code: str = "") -> None:
+        """Stop a turn in its loop: it ends ``reason`` with ``why`` (and the error ``code``
+        when given), and is stored."""
         if running.stopped is None and running.in_loop:
-            running.stopped, running.why = reason, why
+            running.stopped, running.why, running.code = reason, why, code
             running.task.cancel()
 
     async def stop_and_wait(self, key: str, reason: StopReason, why: str) -> None:

@@ -1,10 +1,11 @@
 """The agent as every front calls it: sessions, turns, approvals and the drain.
 
-A front (the gRPC service, a background runner, an HTTP gateway) turns its requests into
-calls of :class:`Agent` and its answers back; everything between is here, in one small
-object per job: :class:`~sidecar.agent.conversations.Conversations` (sessions),
+A front (the gRPC service, an HTTP gateway) turns its requests into calls of
+:class:`Agent` and its answers back; everything between is here, in one small object per
+job: :class:`~sidecar.agent.conversations.Conversations` (sessions),
 :class:`~sidecar.agent.turns.Turns` (a turn's life), :class:`~sidecar.agent.approvals.Approvals`
-(decisions) and :class:`~sidecar.agent.admission.Admission` (capacity and the drain).
+(decisions), :class:`~sidecar.agent.admission.Admission` (capacity and the drain) and
+:class:`~sidecar.agent.runs.BackgroundRuns` (turns that outlive their caller).
 Errors are :class:`~sidecar.errors.RequestError` subclasses; the front maps them.
 """
 
@@ -17,8 +18,10 @@ from sidecar.agent.approvals import Approvals, Decision
 from sidecar.agent.conversations import Conversations, SessionPage
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.runs import BackgroundRuns
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.turns import DEFAULT_RUN_TIMEOUT, ClaimedTurn, Turns
+from sidecar.config import BackgroundConfig
 from sidecar.errors import CallNotPending, FieldViolation
 from sidecar.llm.model import Model
 from sidecar.security.audit import AuditLog
@@ -45,6 +48,7 @@ class Agent:
             turns stays under half of it.
         max_runs: Turns in flight at once; one more is refused (Overloaded).
         max_sessions: Sessions the store may hold; None: no limit.
+        background: ``background`` of the configuration; unset: its defaults.
 
     Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
     only for the principal that created it, and the principal's profiles and quotas
@@ -63,6 +67,7 @@ class Agent:
         max_response_bytes: int = 4 * 1024 * 1024,
         max_runs: int = 1024,
         max_sessions: int | None = None,
+        background: BackgroundConfig | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -91,6 +96,17 @@ class Agent:
             telemetry=telemetry or Telemetry(label="agent-sidecar"),
             audit=self.audit,
         )
+        self.runs = BackgroundRuns(
+            sessions=store,
+            conversations=self.conversations,
+            turns=self.turns,
+            admission=self.admission,
+            approvals=self.approvals,
+            snapshot=snapshot,
+            settings=background or BackgroundConfig(),
+            audit=self.audit,
+            model_name=model.name,
+        )
 
     # -- the drain -------------------------------------------------------------------------
 
@@ -112,7 +128,10 @@ class Agent:
         await self.admission.wait_refusals_settled(quiet)
 
     async def interrupt_all(self, why: str) -> None:
-        """Stop every turn in flight, each ending INTERRUPTED with ``why``."""
+        """Stop every turn in flight, each ending INTERRUPTED with ``why``; background
+        runs are given up as they are instead, for another replica (or the next start)
+        to take up."""
+        self.runs.hand_over()
         await self.admission.interrupt_all(why)
 
     # -- sessions --------------------------------------------------------------------------
@@ -141,7 +160,7 @@ class Agent:
 
     # -- approvals -------------------------------------------------------------------------
 
-    def decide(
+    async def decide(
         self,
         principal: Principal,
         session_id: str,
@@ -149,7 +168,8 @@ class Agent:
         decision: Decision,
         problems: Sequence[FieldViolation] = (),
     ) -> None:
-        """Approve or deny a call waiting for approval in the principal's session.
+        """Approve or deny a call waiting for approval in the principal's session: here,
+        or in a background run waiting on another replica.
 
         Args:
             problems: What the front found wrong with the request's own fields (an
@@ -169,13 +189,33 @@ class Agent:
         try:
             self.approvals.decide(key, call_id, decision)
         except CallNotPending:
-            raise CallNotPending(session_id, call_id) from None
+            elsewhere = await self.runs.decide(key, call_id, decision)
+            if elsewhere is None:
+                raise CallNotPending(session_id, call_id) from None
+            self._audit_decision(principal, session_id, call_id, decision, elsewhere)
+            return
         running = self.admission.running(key)
+        self._audit_decision(
+            principal,
+            session_id,
+            call_id,
+            decision,
+            running.run_id if running is not None else None,
+        )
+
+    def _audit_decision(
+        self,
+        principal: Principal,
+        session_id: str,
+        call_id: str,
+        decision: Decision,
+        run_id: str | None,
+    ) -> None:
         self.audit.record(
             "approval_decided",
             principal.name,
             session_id=session_id,
-            run_id=running.run_id if running is not None else None,
+            run_id=run_id,
             call_id=call_id,
             decision="approve" if decision.approved else "deny",
             reason=decision.reason or None,

@@ -20,7 +20,7 @@ import orjson
 
 from sidecar.agent.budget import RunBudget
 from sidecar.agent.profiles import Profile
-from sidecar.agent.scope import RunScope
+from sidecar.agent.scope import Progress, RunScope
 from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tools.availability import ToolAccess
@@ -103,7 +103,11 @@ class AgentLoop:
         return self.tools.definitions(profile.name, profile.allowed)
 
     async def run(
-        self, scope: RunScope, history: Sequence[dict[str, Any]], user_input: str
+        self,
+        scope: RunScope,
+        history: Sequence[dict[str, Any]],
+        user_input: str,
+        resume: Progress | None = None,
     ) -> RunResultWithMessages:
         """Run one user turn.
 
@@ -111,10 +115,12 @@ class AgentLoop:
             scope: What the run reads while it runs.
             history: The conversation so far (model messages, no system prompt).
             user_input: The user's new message.
+            resume: Where an earlier attempt at this turn got to (a background run taken
+                up again): the run goes on with the step after.
         """
         run = _Run(self, scope)
         try:
-            return await run.execute(history, user_input)
+            return await run.execute(history, user_input, resume)
         finally:
             if run.early is not None:
                 run.early.cancel()  # the run ended (or was cancelled) before its tools
@@ -188,11 +194,15 @@ class _Run:
         return not self.scope.structured and self.sink is not None
 
     async def execute(
-        self, history: Sequence[dict[str, Any]], user_input: str
+        self, history: Sequence[dict[str, Any]], user_input: str, resume: Progress | None
     ) -> RunResultWithMessages:
         scope = self.scope
         config = self.profile.config
         new: list[dict[str, Any]] = [{"role": "user", "content": user_input}]
+        if resume is not None:
+            new = list(resume.messages)
+            self.steps, self.tool_calls = resume.steps, resume.tool_calls
+            self.usage.add(resume.usage)
         # A profile with an answer schema answers in its form in either output mode; a
         # streamed run streams the answer's JSON text as it comes.
         schema = config.answer_schema
@@ -301,6 +311,13 @@ class _Run:
             if self.sink is not None:
                 step_stages = [s for s in self.stages if s.step == step]
                 self.sink.step_finished(step, step_stages, self.clock.now() - built)
+            if scope.on_step is not None:
+                await scope.on_step(
+                    step,
+                    Progress(
+                        messages=new, steps=self.steps, tool_calls=self.tool_calls, usage=self.usage
+                    ),
+                )
             if self.budget is not None and (over := await self._over_budget(step, new)):
                 return over
             if time.monotonic() >= scope.deadline:

@@ -42,6 +42,7 @@ from sidecar.security.audit import AuditLog
 from sidecar.security.exposure import check_exposure, check_reload
 from sidecar.security.identity import Authenticator
 from sidecar.security.tool_identity import ToolIdentity
+from sidecar.security.webhooks import callback_secrets
 from sidecar.sessions.factory import store_from_config
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
@@ -221,7 +222,11 @@ class Runtime:
         for warning in check_exposure(config):
             log.warning("%s", warning)
         model = await self.models.start()
-        store = store_from_config(config.sessions, postgres_dsn=self._postgres_dsn)
+        store = store_from_config(
+            config.sessions,
+            postgres_dsn=self._postgres_dsn,
+            retention=config.background.retention,
+        )
         await store.open()
         self.store = store
         shared = None
@@ -257,6 +262,7 @@ class Runtime:
             max_response_bytes=config.server.max_message_bytes,
             max_runs=config.server.max_concurrent_runs,
             max_sessions=config.sessions.max_sessions,
+            background=config.background,
         )
         if self.telemetry.metrics is not None:
             metrics = config.telemetry.metrics
@@ -289,6 +295,7 @@ class Runtime:
     async def close(self) -> None:
         """Release everything: runs still storing their turns get 5 s first."""
         if self._agent is not None:
+            await self._agent.runs.close()
             try:
                 async with asyncio.timeout(5):
                     await self._agent.wait_idle()
@@ -377,6 +384,7 @@ class Runtime:
             authenticator=authenticator,
             tool_identity=tool_identity,
             tool_versions=_tool_versions(config),
+            callback_secrets=callback_secrets(config, self._environ),
         )
 
     # -- tool servers ----------------------------------------------------------------------

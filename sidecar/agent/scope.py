@@ -3,26 +3,42 @@
 The loop, the dispatcher and every tool call read the run's :class:`RunScope` instead of
 receiving its parts one by one: its profile and models (as admitted, whatever a reload
 does meanwhile), its deadline and clock, where its events go, who approves its calls,
-what its tool calls carry (trace context, the caller's identity), and who is told of
-each call's end.
+what its tool calls carry (trace context, the caller's identity), who is told of each
+call's end, and (a background run) who records each completed step and each call that is
+not safe to repeat before it is sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agent.profiles import Profile
 from sidecar.agent.variants import RunModels
-from sidecar.tools.dispatch import Approver, StepScope, ToolCallListener
-from sidecar.types import Clock, EventSink
+from sidecar.tools.dispatch import Approver, DispatchGuard, StepScope, ToolCallListener
+from sidecar.types import Clock, EventSink, Usage
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace
 
-__all__ = ["RunScope"]
+__all__ = ["Progress", "RunScope", "StepListener"]
+
+
+@dataclass(slots=True, kw_only=True)
+class Progress:
+    """How far a run has come at the end of a step: enough to go on from there."""
+
+    messages: list[dict[str, Any]]
+    """What the run has added to the conversation so far, its user message first."""
+    steps: int
+    tool_calls: int
+    usage: Usage
+
+
+StepListener = Callable[[int, Progress], Awaitable[None]]
+"""Awaited after each step whose tool calls all finished, before the next model call."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +72,10 @@ class RunScope:
     """Told of every tool call's end (the audit record)."""
     tool_versions: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
     """How each tool server's calls are shared among its versions."""
+    on_step: StepListener | None = None
+    """Told of each completed step (a background run's checkpoint)."""
+    before_dispatch: DispatchGuard | None = None
+    """Awaited before each tool call is sent (a background run's record of it)."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.
@@ -73,4 +93,5 @@ class RunScope:
             trim=self.profile.trim,
             on_finished=self.on_tool_call,
             versions=self.tool_versions,
+            before_dispatch=self.before_dispatch,
         )

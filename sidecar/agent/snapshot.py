@@ -10,7 +10,7 @@ stay what they were.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.profiles import Profile
@@ -37,3 +37,6 @@ class Snapshot:
     tool_identity: ToolIdentity
     tool_versions: Mapping[str, Sequence[tuple[str, float]]]
     """For each tool server with versions: the servers sharing its calls, by weight."""
+    callback_secrets: Mapping[str, bytes] = field(default_factory=dict)
+    """Each principal's key for signing its runs' completion callbacks, by name ("" for
+    the anonymous principal); a principal without one may name no callback."""

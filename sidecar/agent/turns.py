@@ -15,6 +15,11 @@
    record, the variant router, telemetry.
 
 A claimed turn that never runs (its caller left first) is released by :meth:`Turns.abandon`.
+
+A background run's turn takes the same path with no caller: :meth:`Turns.begin_detached`
+claims the session for the run's own id (or claims it again, for a run taken up after its
+process stopped), and its :class:`Detached` receives its events, records each completed
+step and each call that is not safe to repeat, and stores the turn together with the run.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 from sidecar.agent.admission import Admission, Running
 from sidecar.agent.approvals import Approvals
@@ -33,7 +38,7 @@ from sidecar.agent.conversations import Conversations
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import Profile
-from sidecar.agent.scope import RunScope
+from sidecar.agent.scope import Progress, RunScope
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.context.calibration import TokenCalibration
@@ -68,7 +73,7 @@ from sidecar.types import (
 if TYPE_CHECKING:
     from sidecar.telemetry.tracing import RunTrace
 
-__all__ = ["DEFAULT_RUN_TIMEOUT", "ClaimedTurn", "Turns"]
+__all__ = ["DEFAULT_RUN_TIMEOUT", "ClaimedTurn", "Detached", "Turns"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +112,31 @@ class ClaimedTurn:
     def model_name(self) -> str:
         """The model that answers this turn ("" when the profile has no variants)."""
         return self.variant.models.answer.name if self.variant is not None else ""
+
+
+class Detached(Protocol):
+    """What a background run's turn does differently from a caller's: nobody waits for it."""
+
+    sink: EventSink
+    """Receives its events (and stores them)."""
+    approval_timeout: float
+    """Seconds a call of it waits for approval."""
+    time_allowed: float
+    """Seconds it may take."""
+    resume: Progress | None
+    """Where an earlier attempt at it got to; None: it starts from the beginning."""
+
+    async def step_done(self, step: int, progress: Progress) -> None:
+        """Record a completed step (read ``progress`` now: the loop goes on changing it)."""
+        ...
+
+    async def before_dispatch(self, step: int, call: ToolCall, tool: CatalogTool) -> None:
+        """Record a call about to be sent, when it is not safe to repeat."""
+        ...
+
+    async def store(self, turn: Turn, outcome: RunOutcome | None) -> None:
+        """Store the turn with the run (``outcome`` None: the process is stopping)."""
+        ...
 
 
 class Turns:
@@ -179,6 +209,39 @@ class Turns:
         with self._admission.claiming():
             return await self._claim(principal, session_id, user_input, clock, snapshot)
 
+    async def begin_detached(
+        self,
+        principal: Principal,
+        session_id: str,
+        run_id: str,
+        user_input: str,
+        *,
+        started: float,
+        resumed: bool,
+    ) -> ClaimedTurn:
+        """Claim the session for a background run's turn, whose id is the run's; with
+        ``resumed``, claim it again for a run taken up after its process stopped (its
+        cut-off turn is left out of the history it sees).
+
+        Raises:
+            Draining, Overloaded, QuotaExceeded, SessionNotFound, PermissionDenied,
+            ProfileRemoved, SessionBusy, InputTooLarge: as :meth:`begin`.
+        """
+        clock = Clock()
+        self._admission.refuse_if_draining()
+        snapshot = self._snapshot()
+        with self._admission.claiming():
+            return await self._claim(
+                principal,
+                session_id,
+                user_input,
+                clock,
+                snapshot,
+                run_id=run_id,
+                started=started,
+                resumed=resumed,
+            )
+
     async def _claim(
         self,
         principal: Principal,
@@ -186,8 +249,14 @@ class Turns:
         user_input: str,
         clock: Clock,
         snapshot: Snapshot,
+        *,
+        run_id: str = "",
+        started: float = 0.0,
+        resumed: bool = False,
     ) -> ClaimedTurn:
         session = await self._conversations.stored(principal.key(session_id), session_id)
+        if resumed:
+            session = replace(session, turns=[t for t in session.turns if t.run_id != run_id])
         if not principal.may_use(session.profile):
             raise PermissionDenied(principal.name, session.profile)
         profile = snapshot.profiles.get(session.profile)
@@ -208,24 +277,25 @@ class Turns:
             profile=profile,
             variant=variant,
             router=router,
-            run_id=uuid.uuid4().hex,
+            run_id=run_id or uuid.uuid4().hex,
             input=user_input,
-            started=time.time(),
+            started=started or time.time(),
             clock=clock,
         )
         # Only a run that starts spends a quota: taken now, given back if the claim fails
         # (a busy session, one deleted meanwhile, the caller gone).
         mark = self.quotas.admit(principal)
         try:
-            await self._claim_session(turn)
+            await self._claim_session(turn, resumed=resumed)
         except BaseException:
             self.quotas.refund(principal, mark)
             raise
         return turn
 
-    async def _claim_session(self, turn: ClaimedTurn) -> None:
+    async def _claim_session(self, turn: ClaimedTurn, *, resumed: bool = False) -> None:
+        claim_turn = self._store.resume_turn if resumed else self._store.begin_turn
         claim = asyncio.ensure_future(
-            self._store.begin_turn(turn.session.session_id, turn.run_id, turn.input, turn.started)
+            claim_turn(turn.session.session_id, turn.run_id, turn.input, turn.started)
         )
         try:
             await asyncio.shield(claim)
@@ -240,11 +310,13 @@ class Turns:
                 await self._store_cancelled(turn)
             raise
 
-    async def abandon(self, turn: ClaimedTurn) -> None:
-        """Release a claimed turn that never ran; it is stored as cancelled."""
+    async def abandon(self, turn: ClaimedTurn, *, stored: bool = True) -> None:
+        """Release a claimed turn that never ran; it is stored as cancelled (unless
+        ``stored`` is False: its owner settles its start record itself)."""
         self._admission.release()
         self.quotas.release(turn.principal)
-        await self._store_cancelled(turn)
+        if stored:
+            await self._store_cancelled(turn)
 
     async def _store_cancelled(self, turn: ClaimedTurn) -> None:
         record = Turn(
@@ -267,17 +339,22 @@ class Turns:
         sink: EventSink | None,
         time_remaining: float | None,
         metadata: Sequence[tuple[str, str | bytes]] = (),
+        detached: Detached | None = None,
     ) -> RunOutcome:
         """Run a claimed turn to its end and store it, also when it is cancelled.
 
         Args:
-            turn: From :meth:`begin`.
+            turn: From :meth:`begin` (or :meth:`begin_detached`).
             structured: OUTPUT_MODE_STRUCTURED: no text deltas.
             sink: Receives the run's events; None when nobody streams them (and then no
                 call can be approved: calls that need approval are denied at once).
             time_remaining: Seconds left of the caller's deadline; None: no deadline.
             metadata: The caller's request metadata (trace context is passed on).
+            detached: A background run's turn: its sink, its time, where it resumes, and
+                how it is stored (``sink`` and ``time_remaining`` are then its).
         """
+        if detached is not None:
+            sink, time_remaining = detached.sink, detached.time_allowed
         trace = self._telemetry.run_started(
             profile=turn.profile.name,
             session_id=turn.session.session_id,
@@ -293,6 +370,7 @@ class Turns:
             time_remaining=time_remaining,
             metadata=metadata,
             trace=trace,
+            detached=detached,
         )
         if self._audit.enabled:
             self._audit.record(
@@ -316,7 +394,8 @@ class Turns:
                     turn.input,
                     scale=self.calibration.ratio(scope.models.answer.name, turn.session.session_id),
                 )
-                result = await self._loop.run(scope, window.messages, turn.input)
+                resume = detached.resume if detached is not None else None
+                result = await self._loop.run(scope, window.messages, turn.input, resume)
             except asyncio.CancelledError:
                 if running.stopped is None:
                     raise  # the caller left
@@ -330,7 +409,15 @@ class Turns:
                 running.in_loop = False
             return result.outcome
         finally:
-            await self._end(turn, scope, running=running, result=result, window=window, trace=trace)
+            await self._end(
+                turn,
+                scope,
+                running=running,
+                result=result,
+                window=window,
+                trace=trace,
+                detached=detached,
+            )
 
     def _scope(
         self,
@@ -341,8 +428,11 @@ class Turns:
         time_remaining: float | None,
         metadata: Sequence[tuple[str, str | bytes]],
         trace: RunTrace | None,
+        detached: Detached | None = None,
     ) -> RunScope:
-        if time_remaining is None:
+        if detached is not None:
+            budget = time_remaining or 0.0  # no caller waits: nothing to keep back
+        elif time_remaining is None:
             budget = DEFAULT_RUN_TIMEOUT
         else:
             # Keep some of the caller's deadline back to deliver the result in: a busy
@@ -369,7 +459,15 @@ class Turns:
             clock=turn.clock,
             structured=structured,
             sink=sink,
-            approver=self._approver(turn.session, profile, deadline) if sink else None,
+            approver=self._approver(
+                turn.session,
+                detached.approval_timeout
+                if detached is not None
+                else profile.config.approval_timeout,
+                deadline,
+            )
+            if sink
+            else None,
             metadata=passed,
             identity=turn.snapshot.tool_identity.for_run(
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
@@ -377,6 +475,8 @@ class Turns:
             trace=trace,
             on_tool_call=self._audit_tool_calls(turn) if self._audit.enabled else None,
             tool_versions=turn.snapshot.tool_versions,
+            on_step=detached.step_done if detached is not None else None,
+            before_dispatch=detached.before_dispatch if detached is not None else None,
         )
 
     async def _end(
@@ -388,6 +488,7 @@ class Turns:
         result: RunResultWithMessages | None,
         window: Window | None,
         trace: RunTrace | None,
+        detached: Detached | None = None,
     ) -> None:
         """Store, price, release, then tell the observers: in this order, whatever
         happened (a turn cancelled by its caller is stored as cancelled)."""
@@ -412,7 +513,10 @@ class Turns:
         persisting = turn.clock.now()
         try:
             # The turn must be stored even when the run was cancelled.
-            await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
+            if detached is not None:
+                await asyncio.shield(detached.store(record, outcome))
+            else:
+                await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
             if window is not None:
                 turn.snapshot.context.turn_finished(turn.session, turn.profile.name, window)
         finally:
@@ -500,11 +604,11 @@ class Turns:
                     stage.name, session_key, detail.request_bytes, detail.usage.prompt_tokens
                 )
 
-    def _approver(self, session: Session, profile: Profile, deadline: float) -> Approver:
+    def _approver(self, session: Session, wait: float, deadline: float) -> Approver:
         approvals = self._approvals
 
         async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
-            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
+            timeout = min(wait, deadline - time.monotonic())
             decision = await approvals.wait(session.session_id, call.id, timeout)
             return decision.approved, decision.reason
 
@@ -528,7 +632,7 @@ def _stopped(running: Running, clock: Clock) -> RunResultWithMessages:
     """The outcome of a run the sidecar stopped (the session deleted, the drain over)."""
     reason = running.stopped
     assert reason is not None
-    code = "session_deleted" if reason is StopReason.CANCELLED else "interrupted"
+    code = running.code or ("session_deleted" if reason is StopReason.CANCELLED else "interrupted")
     outcome = RunOutcome.failed(
         reason,
         code,

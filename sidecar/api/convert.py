@@ -16,13 +16,16 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentsidecar.v1 import agent_pb2
+from sidecar.agent.limits import capped
 from sidecar.tools.catalog import CatalogTool, ListedTool
 from sidecar.types import (
     BudgetOverrun,
     CacheResult,
     ModelCallDetail,
+    PendingApproval,
     RunCost,
     RunOutcome,
+    RunRecord,
     Session,
     Stage,
     ToolAvailability,
@@ -208,3 +211,37 @@ def session(s: Session) -> agent_pb2.Session:
         memory=s.memory,
         memory_turns=s.memory_turns,
     )
+
+
+def approval_required(p: PendingApproval) -> agent_pb2.ApprovalRequired:
+    return agent_pb2.ApprovalRequired(
+        step=p.step,
+        call_id=p.call_id,
+        tool_name=p.tool_name,
+        arguments=p.arguments,
+        destructive=p.destructive,
+    )
+
+
+def run(r: RunRecord, session_id: str, *, with_result: bool = False) -> agent_pb2.Run:
+    """A background run as a message; ``session_id`` the id its caller knows. Its result,
+    stored as ``RunResult`` bytes, is parsed only ``with_result``."""
+    message = agent_pb2.Run(
+        run_id=r.run_id,
+        session_id=session_id,
+        state=_enum(r.state),
+        input=capped(r.input),
+        create_time=timestamp(r.create_time),
+        update_time=timestamp(r.update_time),
+        end_time=timestamp(r.end_time) if r.end_time else None,
+        last_sequence=r.last_sequence,
+        pending_approvals=[approval_required(p) for p in r.pending],
+        callback_status=_enum(r.callback_status),
+        attempts=r.attempts,
+        output_mode=agent_pb2.OUTPUT_MODE_STRUCTURED
+        if r.structured
+        else agent_pb2.OUTPUT_MODE_STREAMED,
+    )
+    if with_result and r.result:
+        message.result.ParseFromString(r.result)
+    return message

@@ -36,6 +36,7 @@ from agentsidecar.serving import (
 )
 from agentsidecar.v1 import agent_pb2
 from sidecar.agent.runtime import Runtime
+from sidecar.api.run_codec import GrpcRunCodec
 from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.errors import StartupError
 from sidecar.security.tls import server_credentials
@@ -133,6 +134,9 @@ class GrpcFront:
 
     async def _become_ready(self) -> None:
         await self._runtime.ready()
+        # Background runs start (and those a stopped process left are taken up) once the
+        # tools are known, here where their events' stored form is.
+        await self._runtime.agent.runs.serve(GrpcRunCodec())
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 

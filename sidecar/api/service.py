@@ -25,6 +25,7 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
 from sidecar.api import convert
+from sidecar.api.run_codec import watch_response
 from sidecar.api.status import internal_status, to_status
 from sidecar.api.stream import StreamSink
 from sidecar.errors import (
@@ -181,7 +182,7 @@ class AgentServicer:
         ):
             problems.append(FieldViolation("decision", "must be APPROVE or DENY"))
         approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
-        self._agent.decide(
+        await self._agent.decide(
             principal,
             request.session_id,
             request.call_id,
@@ -284,6 +285,88 @@ class AgentServicer:
         finally:
             sink.close()
 
+    # -- background runs ----------------------------------------------------------------
+
+    @_answers
+    async def StartRun(
+        self,
+        request: agent_pb2.StartRunRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
+    ) -> agent_pb2.StartRunResponse:
+        problems = []
+        if request.output_mode not in _OUTPUT_MODES:
+            problems.append(FieldViolation("output_mode", "must be a value of OutputMode"))
+        run = await self._agent.runs.start(
+            principal,
+            request.session_id,
+            request.input,
+            structured=request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED,
+            callback_url=request.callback.url,
+            problems=problems,
+        )
+        return agent_pb2.StartRunResponse(run=convert.run(run, request.session_id))
+
+    @_answers
+    async def GetRun(
+        self,
+        request: agent_pb2.GetRunRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
+    ) -> agent_pb2.GetRunResponse:
+        run = await self._agent.runs.get(principal, request.run_id)
+        shown = principal.shown(run.session_key)
+        return agent_pb2.GetRunResponse(run=convert.run(run, shown, with_result=True))
+
+    @_answers
+    async def ListRuns(
+        self,
+        request: agent_pb2.ListRunsRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
+    ) -> agent_pb2.ListRunsResponse:
+        page = await self._agent.runs.page(
+            principal, request.session_id, size=request.page_size, token=request.page_token
+        )
+        return agent_pb2.ListRunsResponse(
+            runs=[convert.run(r, request.session_id) for r in page.runs],
+            next_page_token=page.next_page_token,
+        )
+
+    @_answers
+    async def CancelRun(
+        self,
+        request: agent_pb2.CancelRunRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
+    ) -> agent_pb2.CancelRunResponse:
+        run = await self._agent.runs.cancel(principal, request.run_id)
+        shown = principal.shown(run.session_key)
+        return agent_pb2.CancelRunResponse(run=convert.run(run, shown, with_result=True))
+
+    async def WatchRun(
+        self,
+        request: agent_pb2.WatchRunRequest,
+        context: grpc.aio.ServicerContext,
+        principal: Principal,
+    ) -> AsyncIterator[bytes]:
+        """Each stored event goes out as it was stored (see :data:`RAW_RESPONSES`)."""
+        try:
+            async for event in self._agent.runs.watch(
+                principal, request.run_id, request.after_sequence
+            ):
+                yield watch_response(event)
+        except Exception as exc:
+            await _abort(context, exc)
+
+
+RAW_RESPONSES = frozenset({"WatchRun"})
+"""Methods whose handlers yield their responses serialised already."""
+
+
+def _raw(data: bytes) -> bytes:
+    return data
+
 
 def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
     """Serve ``servicer`` on ``server``, authenticating each call and decoding its request.
@@ -304,7 +387,9 @@ def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _decoding_stream(servicer, method.name, implementation, request_type),
-                response_serializer=response_type.SerializeToString,
+                response_serializer=_raw
+                if method.name in RAW_RESPONSES
+                else response_type.SerializeToString,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(

@@ -25,6 +25,8 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from sidecar.errors import (
+    BackgroundRunsDisabled,
+    CallbackNotAllowed,
     CallNotPending,
     Draining,
     InputTooLarge,
@@ -36,6 +38,8 @@ from sidecar.errors import (
     ProfileRemoved,
     QuotaExceeded,
     RequestError,
+    RunNotFound,
+    RunQueueFull,
     SessionBusy,
     SessionExists,
     SessionNotFound,
@@ -76,6 +80,10 @@ _TABLE: dict[type[SidecarError], _Entry] = {
     TooManySessions: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS"),
     QuotaExceeded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED"),
     StreamBacklog: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "STREAM_BACKLOG"),
+    RunNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND"),
+    RunQueueFull: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "RUN_QUEUE_FULL"),
+    CallbackNotAllowed: _Entry(grpc.StatusCode.PERMISSION_DENIED, "CALLBACK_NOT_ALLOWED"),
+    BackgroundRunsDisabled: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "BACKGROUND_RUNS_DISABLED"),
 }
 _INTERNAL = _Entry(grpc.StatusCode.INTERNAL, "INTERNAL")
 

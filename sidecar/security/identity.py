@@ -165,6 +165,13 @@ class Authenticator:
             if p.san is not None:
                 self._by_san[p.san] = principal
 
+    def principal(self, name: str) -> Principal | None:
+        """The principal named ``name`` (the anonymous one is ""), as configured now; None
+        when there is no such principal any more."""
+        if not self.enabled:
+            return ANONYMOUS if not name else None
+        return next((p for p, _ in self._principals if p.name == name), None)
+
     def authenticate(
         self,
         metadata: Sequence[tuple[str, str | bytes]],

@@ -7,18 +7,21 @@ from sidecar.errors import SessionStoreError
 from sidecar.sessions.store import MemorySessionStore, SessionStore
 
 
-def store_from_config(config: SessionsConfig, *, postgres_dsn: str | None) -> SessionStore:
-    """Build (not open) the configured store.
+def store_from_config(
+    config: SessionsConfig, *, postgres_dsn: str | None, retention: float = 86_400.0
+) -> SessionStore:
+    """Build (not open) the configured store, with its background runs beside it.
 
     Args:
         config: the ``sessions`` section.
         postgres_dsn: the resolved connection string, for ``store: postgres``.
+        retention: seconds a finished background run is kept (``background.retention``).
 
     Raises:
         SessionStoreError: ``store: postgres`` without a connection string.
     """
     if config.store == "memory":
-        return MemorySessionStore(idle_ttl=config.idle_ttl)
+        return MemorySessionStore(idle_ttl=config.idle_ttl, retention=retention)
     if config.store == "sqlite":
         from sidecar.sessions.sqlite import SqliteSessionStore
 
@@ -27,6 +30,7 @@ def store_from_config(config: SessionsConfig, *, postgres_dsn: str | None) -> Se
             synchronous=config.sqlite.synchronous,
             idle_ttl=config.idle_ttl,
             sweep_interval=config.sweep_interval,
+            retention=retention,
         )
     if not postgres_dsn:
         raise SessionStoreError(
@@ -44,4 +48,5 @@ def store_from_config(config: SessionsConfig, *, postgres_dsn: str | None) -> Se
         replica_id=config.replica_id,
         idle_ttl=config.idle_ttl,
         sweep_interval=config.sweep_interval,
+        retention=retention,
     )

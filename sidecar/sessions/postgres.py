@@ -33,16 +33,18 @@ import asyncpg
 
 from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
 from sidecar.periodic import Periodic
+from sidecar.sessions.postgres_runs import RUNS_SCHEMA, PostgresRunStore
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
 from sidecar.sessions.store import interrupted_turn
 from sidecar.types import Session, Turn
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Any constant works; it keeps replicas that start together from racing the DDL.
 _SCHEMA_LOCK = 0x5E5510
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS agent_schema (version integer NOT NULL);
 CREATE TABLE IF NOT EXISTS agent_sessions (
     session_id   text PRIMARY KEY,
@@ -72,6 +74,8 @@ CREATE TABLE IF NOT EXISTS agent_pending_turns (
 );
 CREATE INDEX IF NOT EXISTS agent_pending_turns_by_owner ON agent_pending_turns (owner);
 """
+    + RUNS_SCHEMA
+)
 
 _GET = """
 SELECT s.profile, s.labels, s.create_time, s.update_time, s.memory, s.memory_turns,
@@ -105,13 +109,19 @@ _RENEW = """
 UPDATE agent_pending_turns SET lease_until = now() + make_interval(secs => $2)
 WHERE owner = $1 AND run_id = ANY($3::text[])
 """
-_EXPIRE_ONE = """
-DELETE FROM agent_sessions s WHERE s.session_id = $1 AND s.update_time < $2
+_IDLE = """
 AND NOT EXISTS (SELECT 1 FROM agent_pending_turns p WHERE p.session_id = s.session_id)
+AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.session_id = s.session_id
+                AND r.state IN (1, 2, 6))
 """
-_EXPIRE_ALL = """
-DELETE FROM agent_sessions s WHERE s.update_time < $1
-AND NOT EXISTS (SELECT 1 FROM agent_pending_turns p WHERE p.session_id = s.session_id)
+_EXPIRE_ONE = "DELETE FROM agent_sessions s WHERE s.session_id = $1 AND s.update_time < $2" + _IDLE
+_EXPIRE_ALL = "DELETE FROM agent_sessions s WHERE s.update_time < $1" + _IDLE
+_RESUME = """
+INSERT INTO agent_pending_turns (session_id, run_id, input, start_time, owner, lease_until)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until
+WHERE agent_pending_turns.run_id = EXCLUDED.run_id
+RETURNING 1
 """
 
 
@@ -125,7 +135,9 @@ class PostgresSessionStore:
         lease: seconds a running turn stays claimed without a heartbeat.
         replica_id: this replica's stable name, or None for a random one per start.
         idle_ttl: seconds after its last turn a session expires; None: never.
-        sweep_interval: seconds between sweeps (expired sessions, lapsed leases).
+        sweep_interval: seconds between sweeps (expired sessions, lapsed leases, finished
+            background runs past their retention).
+        retention: seconds a finished background run is kept.
         clock: wall-clock time source for session times, seconds since the epoch.
     """
 
@@ -139,6 +151,7 @@ class PostgresSessionStore:
         replica_id: str | None = None,
         idle_ttl: float | None = None,
         sweep_interval: float = 60.0,
+        retention: float = 86_400.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.dsn = dsn
@@ -155,6 +168,11 @@ class PostgresSessionStore:
         self._held: set[str] = set()
         self._heartbeat = Periodic("session-leases", lease / 3, self.renew_leases)
         self._sweeper = Periodic("session-sweep", sweep_interval, self.sweep)
+        self._runs = PostgresRunStore(self, retention=retention, clock=clock)
+
+    @property
+    def runs(self) -> PostgresRunStore:
+        return self._runs
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -203,6 +221,7 @@ class PostgresSessionStore:
     async def close(self) -> None:
         await self._heartbeat.stop()
         await self._sweeper.stop()
+        await self._runs.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -303,6 +322,35 @@ class PostgresSessionStore:
             raise SessionNotFound(session_id) from None
         self._held.add(run_id)
 
+    async def resume_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        args = (session_id, run_id, user_input, start_time, self.owner, self.lease)
+        try:
+            claimed = await self.pool.fetchval(_RESUME, *args)
+            if claimed is None:
+                # Another run's record: take the session only if that one's lease ran out.
+                await self._interrupt_where(
+                    "session_id = $1 AND lease_until < now()", session_id, then_begin=args
+                )
+        except asyncpg.ForeignKeyViolationError:
+            raise SessionNotFound(session_id) from None
+        self._held.add(run_id)
+
+    async def release_turn(self, session_id: str, run_id: str) -> None:
+        self._held.discard(run_id)
+        await self.pool.execute(
+            "UPDATE agent_pending_turns SET lease_until = now()"
+            " WHERE session_id = $1 AND run_id = $2 AND owner = $3",
+            session_id,
+            run_id,
+            self.owner,
+        )
+
+    def forget_turn(self, run_id: str) -> None:
+        """The run's turn was stored by the run store: stop renewing its start record."""
+        self._held.discard(run_id)
+
     async def finish_turn(self, session_id: str, turn: Turn) -> None:
         data = encode_turn(turn)
         try:
@@ -368,7 +416,13 @@ class PostgresSessionStore:
             await self.pool.execute(_RENEW, self.owner, self.lease, list(self._held))
 
     async def sweep(self) -> None:
-        """Report lapsed turns of dead replicas as interrupted; delete expired sessions."""
-        await self._interrupt_where("lease_until < now()")
+        """Report lapsed turns of dead replicas as interrupted (but those of background
+        runs, which the replica taking the run over settles); delete expired sessions and
+        finished runs past their retention."""
+        await self._interrupt_where(
+            "lease_until < now() AND NOT EXISTS (SELECT 1 FROM agent_runs r"
+            " WHERE r.run_id = agent_pending_turns.run_id AND r.state IN (1, 2, 6))"
+        )
+        await self._runs.sweep()
         if self._idle_ttl is not None:
             await self.pool.execute(_EXPIRE_ALL, self._clock() - self._idle_ttl)

@@ -28,14 +28,13 @@ serves anything. The kernel releases the lock when a process dies, however it di
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,20 +42,23 @@ from typing import Any, TypeVar
 from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
 from sidecar.periodic import Periodic
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
+from sidecar.sessions.sqlite_db import transaction, upsert_turn
+from sidecar.sessions.sqlite_runs import ACTIVE, RUNS_SCHEMA, SqliteRunStore
 from sidecar.sessions.store import interrupted_turn
 from sidecar.types import Session, Turn
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes a WAL file keeps when it starts over
 SWEEP_BATCH = 500
 """Expired sessions deleted per statement: a big sweep never holds the loop for long."""
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE sessions (
     session_id   TEXT PRIMARY KEY,
     profile      TEXT NOT NULL,
@@ -81,6 +83,8 @@ CREATE TABLE pending_turns (
     start_time REAL NOT NULL
 ) WITHOUT ROWID;
 """
+    + RUNS_SCHEMA
+)
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
 # key's tree) and a turn's lookup by session uses the (session_id, run_id) index.
@@ -99,6 +103,8 @@ DROP TABLE pending_turns;
 ALTER TABLE pending_turns_2 RENAME TO pending_turns;
 DROP INDEX turns_by_session;
 """,
+    # 2 → 3: background runs and their events.
+    2: RUNS_SCHEMA,
 }
 
 
@@ -111,7 +117,9 @@ class SqliteSessionStore:
             on the event loop) or ``full`` (it also survives power loss, at an fsync per
             turn; statements run on the store's thread).
         idle_ttl: seconds after its last turn a session expires; None: never.
-        sweep_interval: seconds between sweeps that delete expired sessions.
+        sweep_interval: seconds between sweeps that delete expired sessions (and finished
+            background runs past their retention).
+        retention: seconds a finished background run is kept.
         clock: wall-clock time source, seconds since the epoch.
     """
 
@@ -122,6 +130,7 @@ class SqliteSessionStore:
         synchronous: str = "normal",
         idle_ttl: float | None = None,
         sweep_interval: float = 60.0,
+        retention: float = 86_400.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
@@ -137,6 +146,25 @@ class SqliteSessionStore:
         self._lock_fd: int | None = None
         self._sweeper = Periodic("session-expiry", sweep_interval, self.sweep)
         self._checkpointer = Periodic("session-checkpoint", CHECKPOINT_INTERVAL, self.checkpoint)
+        self._runs = SqliteRunStore(self, retention=retention, clock=clock)
+
+    @property
+    def runs(self) -> SqliteRunStore:
+        return self._runs
+
+    # -- for the run store beside it ----------------------------------------------------
+
+    async def execute(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the store's connection, where the store runs its own reads."""
+        return await self._call(fn, *args)
+
+    async def execute_write(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the store's connection as one of the store's writes."""
+        return await self._write(fn, *args)
+
+    def connection(self) -> sqlite3.Connection:
+        """The connection; only from inside :meth:`execute` or :meth:`execute_write`."""
+        return self._conn()
 
     # -- where the work runs ------------------------------------------------------------
 
@@ -228,8 +256,7 @@ class SqliteSessionStore:
         except BaseException:
             await self.close()
             raise
-        if self._idle_ttl is not None:
-            self._sweeper.start()
+        self._sweeper.start()  # expired sessions, and finished runs past their retention
         if self._inline:
             self._checkpointer.start()
 
@@ -279,17 +306,19 @@ class SqliteSessionStore:
         # behind belongs to a run that was cut off.
         db = self._conn()
         now = self._clock()
-        with _transaction(db):
+        with transaction(db):
             rows = db.execute(
                 "SELECT session_id, run_id, input, start_time FROM pending_turns"
             ).fetchall()
             for session_id, run_id, user_input, start in rows:
                 turn = interrupted_turn(run_id, user_input, start, now)
-                _upsert_turn(db, session_id, turn)
+                upsert_turn(db, session_id, turn)
                 db.execute(
                     "UPDATE sessions SET update_time = ? WHERE session_id = ?", (now, session_id)
                 )
             db.execute("DELETE FROM pending_turns")
+            # Runs the dead process owned are anyone's again (the run store resumes them).
+            db.execute("UPDATE runs SET owner = NULL WHERE owner IS NOT NULL")
         if rows:
             log.warning(
                 "%d turn(s) cut off when the last process died reported as interrupted: %s",
@@ -329,7 +358,7 @@ class SqliteSessionStore:
 
     def _create_sync(self, s: Session) -> None:
         db = self._conn()
-        with _transaction(db):
+        with transaction(db):
             self._expire_sync(s.session_id)
             try:
                 db.execute(
@@ -369,7 +398,7 @@ class SqliteSessionStore:
     def _get_sync(self, session_id: str) -> Session | None:
         db = self._conn()
         # Without expiry this only reads: no write lock, so a checkpoint never makes it busy.
-        with _transaction(db, write=self._idle_ttl is not None):
+        with transaction(db, write=self._idle_ttl is not None):
             if self._expire_sync(session_id):
                 return None
             row = db.execute(
@@ -400,7 +429,8 @@ class SqliteSessionStore:
             return False
         cursor = self._conn().execute(
             "DELETE FROM sessions WHERE session_id = ? AND update_time < ?"
-            " AND session_id NOT IN (SELECT session_id FROM pending_turns)",
+            " AND session_id NOT IN (SELECT session_id FROM pending_turns)"
+            f" AND session_id NOT IN (SELECT session_id FROM runs WHERE state IN {ACTIVE})",
             (session_id, self._clock() - self._idle_ttl),
         )
         return cursor.rowcount > 0
@@ -413,7 +443,9 @@ class SqliteSessionStore:
         return cursor.rowcount > 0
 
     async def sweep(self) -> int:
-        """Delete every expired session; return how many."""
+        """Delete every expired session and every finished run past its retention; return
+        how many sessions."""
+        await self._runs.sweep()
         if self._idle_ttl is None:
             return 0
         cutoff, deleted = self._clock() - self._idle_ttl, 0
@@ -428,7 +460,9 @@ class SqliteSessionStore:
         cursor = self._conn().execute(
             "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions"
             " WHERE update_time < ?"
-            " AND session_id NOT IN (SELECT session_id FROM pending_turns) LIMIT ?)",
+            " AND session_id NOT IN (SELECT session_id FROM pending_turns)"
+            f" AND session_id NOT IN (SELECT session_id FROM runs WHERE state IN {ACTIVE})"
+            " LIMIT ?)",
             (cutoff, SWEEP_BATCH),
         )
         return cursor.rowcount
@@ -453,13 +487,33 @@ class SqliteSessionStore:
                 raise SessionNotFound(session_id) from None
             raise SessionBusy(session_id) from None
 
+    async def resume_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        # One process per file: a start record of this run is its own, left by the run
+        # it takes up again in this process; any other holds the session.
+        await self._write(self._resume_sync, session_id, run_id, user_input, start_time)
+
+    def _resume_sync(self, session_id: str, run_id: str, user_input: str, start: float) -> None:
+        held = (
+            self._conn()
+            .execute("SELECT run_id FROM pending_turns WHERE session_id = ?", (session_id,))
+            .fetchone()
+        )
+        if held is not None and held[0] == run_id:
+            return
+        self._begin_sync(session_id, run_id, user_input, start)
+
+    async def release_turn(self, session_id: str, run_id: str) -> None:
+        return None  # the record stays; the next process to open the file reports it
+
     async def finish_turn(self, session_id: str, turn: Turn) -> None:
         data = encode_turn(turn)  # serialised here, not on the store's thread
         await self._write(self._finish_sync, session_id, turn, data)
 
     def _finish_sync(self, session_id: str, turn: Turn, data: bytes) -> None:
         db = self._conn()
-        with _transaction(db):
+        with transaction(db):
             db.execute(
                 "DELETE FROM pending_turns WHERE session_id = ? AND run_id = ?",
                 (session_id, turn.run_id),
@@ -469,7 +523,7 @@ class SqliteSessionStore:
                 (turn.end_time, session_id),
             )
             if touched.rowcount:
-                _upsert_turn(db, session_id, turn, data)
+                upsert_turn(db, session_id, turn, data)
 
     async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:
         return await self._write(self._set_memory_sync, session_id, memory, memory_turns)
@@ -481,31 +535,3 @@ class SqliteSessionStore:
             (memory, memory_turns, session_id, memory_turns),
         )
         return cursor.rowcount > 0
-
-
-def _upsert_turn(
-    db: sqlite3.Connection, session_id: str, turn: Turn, data: bytes | None = None
-) -> None:
-    # A run's turn is written once; the upsert only matters when a turn reported as
-    # interrupted finishes after all, which then replaces the report in place.
-    db.execute(
-        "INSERT INTO turns (session_id, run_id, data) VALUES (?, ?, ?)"
-        " ON CONFLICT (session_id, run_id) DO UPDATE SET data = excluded.data",
-        (session_id, turn.run_id, data if data is not None else encode_turn(turn)),
-    )
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection, write: bool = True) -> Iterator[None]:
-    """BEGIN IMMEDIATE (``write``) or BEGIN … COMMIT, or ROLLBACK on any exception; nested
-    use is a no-op."""
-    if db.in_transaction:
-        yield
-        return
-    db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-    try:
-        yield
-    except BaseException:
-        db.rollback()
-        raise
-    db.execute("COMMIT")

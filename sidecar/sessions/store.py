@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from sidecar.errors import SessionBusy, SessionExists, SessionNotFound
+from sidecar.sessions.runs import MemoryRunStore, RunStore
 from sidecar.types import Session, StopReason, Turn
 
 
@@ -104,17 +105,52 @@ class SessionStore(Protocol):
         stored memory already covers as many; True when it was stored."""
         ...
 
+    async def resume_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        """Claim the session again for a turn taken over from a process that stopped (a
+        background run resumed): take over the turn's start record if it is still there,
+        or write a new one. The caller owns the run (see ``RunStore``).
+
+        Raises:
+            SessionBusy: another run holds the session.
+            SessionNotFound: the session does not exist.
+        """
+        ...
+
+    async def release_turn(self, session_id: str, run_id: str) -> None:
+        """Let the turn's start record go without finishing the turn (the process stops
+        and another takes the run over): on a shared store its lease ends now."""
+        ...
+
+    @property
+    def runs(self) -> RunStore:
+        """The background runs beside these sessions."""
+        ...
+
 
 class MemorySessionStore:
     """Sessions in this process's memory; they end with it, so nothing is ever cut off."""
 
     def __init__(
-        self, *, idle_ttl: float | None = None, clock: Callable[[], float] = time.time
+        self,
+        *,
+        idle_ttl: float | None = None,
+        retention: float = 86_400.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, str] = {}
         self._idle_ttl = idle_ttl
         self._clock = clock
+        self._runs = MemoryRunStore(self, retention=retention, clock=clock)
+
+    @property
+    def runs(self) -> MemoryRunStore:
+        return self._runs
+
+    def has(self, session_id: str) -> bool:
+        return session_id in self._sessions
 
     async def open(self) -> None:
         return None
@@ -144,6 +180,7 @@ class MemorySessionStore:
         if (
             self._idle_ttl is not None
             and session_id not in self._running
+            and not self._runs.active_in(session_id)
             and session.update_time < self._clock() - self._idle_ttl
         ):
             await self.delete(session_id)
@@ -168,13 +205,28 @@ class MemorySessionStore:
             raise SessionBusy(session_id)
         self._running[session_id] = run_id
 
+    async def resume_turn(
+        self, session_id: str, run_id: str, user_input: str, start_time: float
+    ) -> None:
+        if self._running.get(session_id) == run_id:
+            return
+        await self.begin_turn(session_id, run_id, user_input, start_time)
+
+    async def release_turn(self, session_id: str, run_id: str) -> None:
+        return None  # the process and its sessions end together
+
     async def finish_turn(self, session_id: str, turn: Turn) -> None:
         if self._running.get(session_id) == turn.run_id:
             del self._running[session_id]
         session = self._sessions.get(session_id)
         if session is None:
             return
-        session.turns.append(turn)
+        for i, stored in enumerate(session.turns):
+            if stored.run_id == turn.run_id:
+                session.turns[i] = turn  # a report of it replaced, in place
+                break
+        else:
+            session.turns.append(turn)
         session.update_time = turn.end_time
 
     async def set_memory(self, session_id: str, memory: str, memory_turns: int) -> bool:

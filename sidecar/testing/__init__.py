@@ -16,6 +16,10 @@ builds); each returns a :class:`ServerProcess`, a context manager that stops it 
 SIGTERM. :func:`wait_serving` waits until a sidecar's health says SERVING (it has
 discovered its tool servers).
 
+:class:`PostgresServer` starts a private PostgreSQL server (Debian's binaries, a port of
+its own) for the shared store's tests and benchmarks; :func:`create_database` makes each
+test a fresh namespace on it.
+
 Tests in other languages start the same stack with the launcher,
 ``python -m sidecar.testing``: it prints ``stack {JSON}`` (the addresses), then
 ``listening on HOST:PORT`` (the sidecar, SERVING), and runs until SIGTERM, SIGINT or
@@ -23,6 +27,13 @@ the end of its stdin. See ``docs/testing.md``.
 """
 
 from sidecar.testing._health import wait_serving
+from sidecar.testing._postgres import (
+    POSTGRES_MISSING,
+    PostgresServer,
+    create_database,
+    drop_database,
+    postgres_binaries,
+)
 from sidecar.testing._process import (
     READY_PREFIX,
     ProcessStartError,
@@ -45,13 +56,18 @@ from sidecar.testing._stack import (
 __all__ = [
     "CLIENT_PROFILES",
     "EXAMPLE_TOOL_SERVERS",
+    "POSTGRES_MISSING",
     "READY_PREFIX",
     "SCENARIO",
     "SIMULATOR_MODEL",
+    "PostgresServer",
     "ProcessStartError",
     "ServerProcess",
     "Stack",
+    "create_database",
+    "drop_database",
     "example_stack",
+    "postgres_binaries",
     "sidecar",
     "sidecar_config",
     "simulator",

@@ -62,6 +62,9 @@ _TOO_LARGE = "CLIENT: Received message larger than max"
 Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
 ToolCallListener = Callable[[ToolCall, "str | None", ToolOutcome], None]
 """Told of every call's end: the call, its tool's server (None: no such tool), its outcome."""
+DispatchGuard = Callable[[int, ToolCall, CatalogTool], Awaitable[None]]
+"""Awaited just before a call goes to its server, with its step (a background run records a
+call that is not safe to repeat first); an exception it raises fails the step unsent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +94,8 @@ class StepScope:
     """Cuts each result to what enters the model's context."""
     on_finished: ToolCallListener | None = None
     """Told of every call's end (the audit record), streamed or not."""
+    before_dispatch: DispatchGuard | None = None
+    """Awaited before each call is sent; None: nothing to wait for."""
     versions: Mapping[str, Sequence[tuple[str, float]]] = dataclasses.field(default_factory=dict)
     """For each server with versions: the servers (itself first) and their weights, which
     share its calls (``tool_servers[].version_of``); a server not named keeps its calls."""
@@ -421,6 +426,8 @@ class Dispatcher:
             redact=self._redact,
             max_text=self._max_text,
         )
+        if scope.before_dispatch is not None:
+            await scope.before_dispatch(scope.step, call, tool)
         item.sent_to = connection.name
         try:
             result = await attempt.run()
@@ -633,9 +640,14 @@ def _cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
 
 
 def _report_cut_off(scope: StepScope, item: _Prepared) -> None:
-    """Tell the listener (the audit record) of a call its run cut off after it was sent."""
+    """Tell the listener (the audit record) and the events (a stream still read, a
+    background run's record) of a call its run cut off after it was sent."""
+    if scope.on_finished is None and scope.sink is None:
+        return
+    outcome = _cancelled(item.call, "cut off: the run ended before the call did", scope)
+    if scope.sink is not None:
+        scope.sink.tool_call_finished(scope.step, outcome)
     if scope.on_finished is not None:
-        outcome = _cancelled(item.call, "cut off: the run ended before the call did", scope)
         scope.on_finished(item.call, item.sent_to, outcome)
 
 

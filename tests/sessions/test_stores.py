@@ -24,8 +24,8 @@ from sidecar.sessions.postgres import PostgresSessionStore
 from sidecar.sessions.records import encode_labels, encode_turn
 from sidecar.sessions.sqlite import SqliteSessionStore
 from sidecar.sessions.store import MemorySessionStore, SessionStore
+from sidecar.testing import PostgresServer, create_database, drop_database
 from sidecar.types import StopReason, Turn, Usage
-from tests.support.pg import PostgresServer, create_database, drop_database
 from tests.support.stack import eventually
 
 ALL = ["memory", "sqlite", "sqlite-full", "postgres"]
@@ -382,9 +382,10 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     finally:
         await store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 2
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 3
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
+    assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs
     indexes = [n for (n,) in check.execute("SELECT name FROM sqlite_master WHERE type='index'")]
     assert "turns_by_session" not in indexes
     check.close()

@@ -14,8 +14,7 @@ import pytest
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from sidecar.testing import ServerProcess
-from tests.support.pg import PostgresServer, create_database, drop_database
+from sidecar.testing import PostgresServer, ServerProcess, create_database, drop_database
 from tests.support.stack import (
     eventually,
     finished_calls,

@@ -280,3 +280,86 @@ func waitForTurn(t *testing.T, ctx context.Context, id string, reason pb.StopRea
 		}
 	}
 }
+
+func TestABackgroundRunIsWatchedAgainFromWhereTheWatcherLeftOff(t *testing.T) {
+	ctx := testContext(t)
+	id := newSession(t, ctx, "default")
+
+	run, err := client.StartRun(ctx, id, orderQuestion)
+	if err != nil {
+		t.Fatalf("StartRun: %v", err)
+	}
+	if run.GetRunId() == "" || run.GetState() != agentsidecar.RunSubmitted {
+		t.Fatalf("StartRun returned %v", run)
+	}
+	var seen []*agentsidecar.Event
+	for event, err := range client.WatchRun(ctx, run.GetRunId(), 0) {
+		if err != nil {
+			t.Fatalf("first watch: %v", err)
+		}
+		seen = append(seen, event)
+		if len(seen) == 2 {
+			break // the watcher leaves; the run goes on
+		}
+	}
+	seen = append(seen, collect(t, client.WatchRun(ctx, run.GetRunId(), seen[len(seen)-1].GetSequence()))...)
+	for i, event := range seen {
+		if event.GetSequence() != uint32(i+1) {
+			t.Fatalf("event %d has sequence %d: an event missed or seen twice", i, event.GetSequence())
+		}
+	}
+	last := seen[len(seen)-1].GetRunFinished()
+	if last == nil || seen[0].GetRunStarted() == nil {
+		t.Fatalf("events run from %v to %v", seen[0], seen[len(seen)-1])
+	}
+	got, err := client.GetRun(ctx, run.GetRunId())
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	if got.GetState() != agentsidecar.RunCompleted || got.GetResult().GetAnswer() != last.GetAnswer() ||
+		!agentsidecar.RunFinished(got.GetState()) {
+		t.Errorf("GetRun: %v %q, want completed with %q", got.GetState(), got.GetResult().GetAnswer(), last.GetAnswer())
+	}
+	runs, next, err := client.ListRuns(ctx, id, 0, "")
+	if err != nil || next != "" || len(runs) != 1 || runs[0].GetRunId() != run.GetRunId() {
+		t.Errorf("ListRuns: %v %q %v", runs, next, err)
+	}
+}
+
+func TestCancelRunStopsABackgroundRunAndIsSafeToRetry(t *testing.T) {
+	ctx := testContext(t)
+	id := newSession(t, ctx, "default")
+	run, err := client.StartRun(ctx, id, "slow answer")
+	if err != nil {
+		t.Fatalf("StartRun: %v", err)
+	}
+
+	cancelled, err := client.CancelRun(ctx, run.GetRunId())
+	if err != nil || cancelled.GetState() != agentsidecar.RunCanceled {
+		t.Fatalf("CancelRun: %v %v", cancelled.GetState(), err)
+	}
+	again, err := client.CancelRun(ctx, run.GetRunId())
+	if err != nil || again.GetState() != agentsidecar.RunCanceled {
+		t.Errorf("CancelRun again: %v %v", again.GetState(), err)
+	}
+	if _, err := client.StartRun(ctx, id, "slow answer"); err != nil {
+		t.Errorf("the session is not free after the cancel: %v", err)
+	} else if runs, _, _ := client.ListRuns(ctx, id, 1, ""); len(runs) == 1 {
+		_, _ = client.CancelRun(ctx, runs[0].GetRunId())
+	}
+}
+
+func TestAnUnknownRunIsErrRunNotFoundForEveryCall(t *testing.T) {
+	ctx := testContext(t)
+	if _, err := client.GetRun(ctx, "no-such-run"); !errors.Is(err, agentsidecar.ErrRunNotFound) {
+		t.Errorf("GetRun: %v", err)
+	}
+	if _, err := client.CancelRun(ctx, "no-such-run"); !errors.Is(err, agentsidecar.ErrRunNotFound) {
+		t.Errorf("CancelRun: %v", err)
+	}
+	for _, err := range client.WatchRun(ctx, "no-such-run", 0) {
+		if !errors.Is(err, agentsidecar.ErrRunNotFound) || agentsidecar.IsRetryable(err) {
+			t.Errorf("WatchRun: %v", err)
+		}
+	}
+}

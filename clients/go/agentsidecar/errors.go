@@ -31,6 +31,11 @@ const (
 	ReasonUnauthenticated  = "UNAUTHENTICATED"   // UNAUTHENTICATED
 	ReasonPermissionDenied = "PERMISSION_DENIED" // PERMISSION_DENIED
 	ReasonInternal         = "INTERNAL"          // INTERNAL; Metadata["error_id"] names the log line
+
+	ReasonRunNotFound            = "RUN_NOT_FOUND"            // NOT_FOUND: no such background run
+	ReasonRunQueueFull           = "RUN_QUEUE_FULL"           // RESOURCE_EXHAUSTED, with a retry delay
+	ReasonCallbackNotAllowed     = "CALLBACK_NOT_ALLOWED"     // PERMISSION_DENIED
+	ReasonBackgroundRunsDisabled = "BACKGROUND_RUNS_DISABLED" // FAILED_PRECONDITION
 )
 
 // Sentinels for errors.Is: an *Error matches one when their reasons (and domains) are
@@ -52,6 +57,11 @@ var (
 	ErrUnauthenticated  = sentinel(codes.Unauthenticated, ReasonUnauthenticated)
 	ErrPermissionDenied = sentinel(codes.PermissionDenied, ReasonPermissionDenied)
 	ErrInternal         = sentinel(codes.Internal, ReasonInternal)
+
+	ErrRunNotFound            = sentinel(codes.NotFound, ReasonRunNotFound)
+	ErrRunQueueFull           = sentinel(codes.ResourceExhausted, ReasonRunQueueFull)
+	ErrCallbackNotAllowed     = sentinel(codes.PermissionDenied, ReasonCallbackNotAllowed)
+	ErrBackgroundRunsDisabled = sentinel(codes.FailedPrecondition, ReasonBackgroundRunsDisabled)
 )
 
 func sentinel(code codes.Code, reason string) *Error {
@@ -148,7 +158,8 @@ func (e *Error) GRPCStatus() *status.Status {
 }
 
 // IsRetryable reports whether the same call may succeed if sent again later: the sidecar
-// attached a retry delay (DRAINING, OVERLOADED, QUOTA_EXCEEDED, SESSION_BUSY), or, for a
+// attached a retry delay (DRAINING, OVERLOADED, QUOTA_EXCEEDED, SESSION_BUSY,
+// RUN_QUEUE_FULL), or, for a
 // status without details, its code is UNAVAILABLE or RESOURCE_EXHAUSTED. Calls the
 // caller's own context ended are not retryable; errors that are not *Error neither.
 // Wait RetryDelay (see RetryDelay) before retrying.
@@ -161,7 +172,7 @@ func IsRetryable(err error) bool {
 		return true
 	}
 	switch e.Reason {
-	case ReasonDraining, ReasonOverloaded, ReasonQuotaExceeded, ReasonSessionBusy:
+	case ReasonDraining, ReasonOverloaded, ReasonQuotaExceeded, ReasonSessionBusy, ReasonRunQueueFull:
 		return true
 	case "":
 		return e.Code == codes.Unavailable || e.Code == codes.ResourceExhausted

@@ -30,12 +30,13 @@ type Decision struct {
 // error and cancels the run.
 type Approver func(ctx context.Context, call *ApprovalRequired) (Decision, error)
 
-// RunOption configures Run and Stream.
+// RunOption configures Run, Stream and StartRun.
 type RunOption func(*runOptions)
 
 type runOptions struct {
 	mode     pb.OutputMode
 	approver Approver
+	callback string
 }
 
 func runConfig(opts []RunOption) runOptions {

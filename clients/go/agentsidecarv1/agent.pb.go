@@ -640,6 +640,150 @@ func (ToolAvailability) EnumDescriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
+// RunState is where a background run is. The values are A2A's task states,
+// value for value.
+type RunState int32
+
+const (
+	// Not set.
+	RunState_RUN_STATE_UNSPECIFIED RunState = 0
+	// Accepted and waiting to start: for a replica with room for it (the
+	// sidecar's and the principal's bounds of concurrent runs), or for its
+	// session, which a foreground turn holds.
+	RunState_RUN_STATE_SUBMITTED RunState = 1
+	// Running.
+	RunState_RUN_STATE_WORKING RunState = 2
+	// Finished with the model's answer (STOP_REASON_ANSWERED or
+	// STOP_REASON_BUDGET_ANSWERED). Final.
+	RunState_RUN_STATE_COMPLETED RunState = 3
+	// Finished without an answer: a limit, the model failing, an answer that
+	// did not match the profile's schema, its time running out, or the replica
+	// running it stopping in a step that could not be repeated
+	// (STOP_REASON_INTERRUPTED). The result's stop_reason and error say which.
+	// Final.
+	RunState_RUN_STATE_FAILED RunState = 4
+	// Cancelled (CancelRun), before or while it ran. Final.
+	RunState_RUN_STATE_CANCELED RunState = 5
+	// Waiting for a tool call's approval (ApproveToolCall, with the call of
+	// one of pending_approvals); a call nobody decides within
+	// background.approval_timeout is denied and the run goes on.
+	RunState_RUN_STATE_INPUT_REQUIRED RunState = 6
+	// Not run: the model refused (STOP_REASON_REFUSED), or the run could not
+	// start (its principal or profile was removed from the configuration
+	// meanwhile; the result's error says which). Final.
+	RunState_RUN_STATE_REJECTED RunState = 7
+)
+
+// Enum value maps for RunState.
+var (
+	RunState_name = map[int32]string{
+		0: "RUN_STATE_UNSPECIFIED",
+		1: "RUN_STATE_SUBMITTED",
+		2: "RUN_STATE_WORKING",
+		3: "RUN_STATE_COMPLETED",
+		4: "RUN_STATE_FAILED",
+		5: "RUN_STATE_CANCELED",
+		6: "RUN_STATE_INPUT_REQUIRED",
+		7: "RUN_STATE_REJECTED",
+	}
+	RunState_value = map[string]int32{
+		"RUN_STATE_UNSPECIFIED":    0,
+		"RUN_STATE_SUBMITTED":      1,
+		"RUN_STATE_WORKING":        2,
+		"RUN_STATE_COMPLETED":      3,
+		"RUN_STATE_FAILED":         4,
+		"RUN_STATE_CANCELED":       5,
+		"RUN_STATE_INPUT_REQUIRED": 6,
+		"RUN_STATE_REJECTED":       7,
+	}
+)
+
+func (x RunState) Enum() *RunState {
+	p := new(RunState)
+	*p = x
+	return p
+}
+
+func (x RunState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
+}
+
+func (RunState) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
+}
+
+func (x RunState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunState.Descriptor instead.
+func (RunState) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+// CallbackStatus is how a background run's completion callback went.
+type CallbackStatus int32
+
+const (
+	// The run names no callback.
+	CallbackStatus_CALLBACK_STATUS_UNSPECIFIED CallbackStatus = 0
+	// Not delivered yet: the run has not finished, or delivery is being
+	// retried.
+	CallbackStatus_CALLBACK_STATUS_PENDING CallbackStatus = 1
+	// The URL answered a delivery with a 2xx status.
+	CallbackStatus_CALLBACK_STATUS_DELIVERED CallbackStatus = 2
+	// Every attempt failed (or the URL answered in a way a retry cannot
+	// change); the sidecar gave up.
+	CallbackStatus_CALLBACK_STATUS_FAILED CallbackStatus = 3
+)
+
+// Enum value maps for CallbackStatus.
+var (
+	CallbackStatus_name = map[int32]string{
+		0: "CALLBACK_STATUS_UNSPECIFIED",
+		1: "CALLBACK_STATUS_PENDING",
+		2: "CALLBACK_STATUS_DELIVERED",
+		3: "CALLBACK_STATUS_FAILED",
+	}
+	CallbackStatus_value = map[string]int32{
+		"CALLBACK_STATUS_UNSPECIFIED": 0,
+		"CALLBACK_STATUS_PENDING":     1,
+		"CALLBACK_STATUS_DELIVERED":   2,
+		"CALLBACK_STATUS_FAILED":      3,
+	}
+)
+
+func (x CallbackStatus) Enum() *CallbackStatus {
+	p := new(CallbackStatus)
+	*p = x
+	return p
+}
+
+func (x CallbackStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CallbackStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[10].Descriptor()
+}
+
+func (CallbackStatus) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[10]
+}
+
+func (x CallbackStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CallbackStatus.Descriptor instead.
+func (CallbackStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
 // CreateSessionRequest names the profile a new session runs under.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1287,6 +1431,7 @@ type StreamRunResponse struct {
 	//	*StreamRunResponse_StepFinished
 	//	*StreamRunResponse_RunFinished
 	//	*StreamRunResponse_BudgetExceeded
+	//	*StreamRunResponse_RunResumed
 	Event         isStreamRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1415,6 +1560,15 @@ func (x *StreamRunResponse) GetBudgetExceeded() *BudgetExceeded {
 	return nil
 }
 
+func (x *StreamRunResponse) GetRunResumed() *RunResumed {
+	if x != nil {
+		if x, ok := x.Event.(*StreamRunResponse_RunResumed); ok {
+			return x.RunResumed
+		}
+	}
+	return nil
+}
+
 type isStreamRunResponse_Event interface {
 	isStreamRunResponse_Event()
 }
@@ -1461,6 +1615,14 @@ type StreamRunResponse_BudgetExceeded struct {
 	BudgetExceeded *BudgetExceeded `protobuf:"bytes,10,opt,name=budget_exceeded,json=budgetExceeded,proto3,oneof"`
 }
 
+type StreamRunResponse_RunResumed struct {
+	// A background run taken up again after the replica running it stopped
+	// (WatchRun only): the events from here on are a new attempt at the step
+	// it names. Events of that step before this one came from the attempt that
+	// was cut off; its tool calls were all safe to repeat.
+	RunResumed *RunResumed `protobuf:"bytes,11,opt,name=run_resumed,json=runResumed,proto3,oneof"`
+}
+
 func (*StreamRunResponse_RunStarted) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_TextDelta) isStreamRunResponse_Event() {}
@@ -1476,6 +1638,67 @@ func (*StreamRunResponse_StepFinished) isStreamRunResponse_Event() {}
 func (*StreamRunResponse_RunFinished) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_BudgetExceeded) isStreamRunResponse_Event() {}
+
+func (*StreamRunResponse_RunResumed) isStreamRunResponse_Event() {}
+
+// RunResumed says a background run goes on after the replica running it
+// stopped mid-run (docs/background-runs.md says when a run is resumed and
+// when it fails as interrupted instead).
+type RunResumed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step the run goes on with, from 1: the one after its last completed
+	// step.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// How many times a replica has taken the run up, this one included: 2 for
+	// the first resumption.
+	Attempt       uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunResumed) Reset() {
+	*x = RunResumed{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunResumed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunResumed) ProtoMessage() {}
+
+func (x *RunResumed) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunResumed.ProtoReflect.Descriptor instead.
+func (*RunResumed) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RunResumed) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *RunResumed) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
 
 // RunStarted opens a run's event stream.
 type RunStarted struct {
@@ -1495,7 +1718,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1730,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1743,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunStarted) GetSessionId() string {
@@ -1564,7 +1787,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1799,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1812,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TextDelta) GetStep() uint32 {
@@ -1628,7 +1851,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1863,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1876,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallStarted) GetStep() uint32 {
@@ -1707,7 +1930,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1942,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1955,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallFinished) GetStep() uint32 {
@@ -1804,7 +2027,7 @@ type ApprovalRequired struct {
 
 func (x *ApprovalRequired) Reset() {
 	*x = ApprovalRequired{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2039,7 @@ func (x *ApprovalRequired) String() string {
 func (*ApprovalRequired) ProtoMessage() {}
 
 func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2052,7 @@ func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequired.ProtoReflect.Descriptor instead.
 func (*ApprovalRequired) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApprovalRequired) GetStep() uint32 {
@@ -1880,7 +2103,7 @@ type StepFinished struct {
 
 func (x *StepFinished) Reset() {
 	*x = StepFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2115,7 @@ func (x *StepFinished) String() string {
 func (*StepFinished) ProtoMessage() {}
 
 func (x *StepFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2128,7 @@ func (x *StepFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepFinished.ProtoReflect.Descriptor instead.
 func (*StepFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StepFinished) GetStep() uint32 {
@@ -1938,7 +2161,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2173,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2186,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunRequest) GetSessionId() string {
@@ -2000,7 +2223,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2235,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2248,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunResponse) GetRunId() string {
@@ -2074,7 +2297,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2309,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2322,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunResult) GetAnswer() string {
@@ -2188,7 +2411,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2423,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2436,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunError) GetCode() string {
@@ -2252,7 +2475,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2487,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2500,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TokenUsage) GetPromptTokens() uint64 {
@@ -2330,7 +2553,7 @@ type Cost struct {
 
 func (x *Cost) Reset() {
 	*x = Cost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2565,7 @@ func (x *Cost) String() string {
 func (*Cost) ProtoMessage() {}
 
 func (x *Cost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2578,7 @@ func (x *Cost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cost.ProtoReflect.Descriptor instead.
 func (*Cost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Cost) GetPromptUsd() float64 {
@@ -2420,7 +2643,7 @@ type ModelCost struct {
 
 func (x *ModelCost) Reset() {
 	*x = ModelCost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2655,7 @@ func (x *ModelCost) String() string {
 func (*ModelCost) ProtoMessage() {}
 
 func (x *ModelCost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2668,7 @@ func (x *ModelCost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
 func (*ModelCost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelCost) GetModel() string {
@@ -2481,7 +2704,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2716,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2729,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -2559,7 +2782,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2794,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2807,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -2627,7 +2850,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2862,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2875,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -2762,7 +2985,7 @@ type ModelCallTiming struct {
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2997,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +3010,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -2882,7 +3105,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3117,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3130,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -2997,7 +3220,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3232,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3245,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -3062,7 +3285,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3297,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3310,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -3101,7 +3324,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3336,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3349,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3148,7 +3371,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3383,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3396,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3204,7 +3427,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3439,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3452,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3251,6 +3474,749 @@ func (x *SessionTool) GetAvailability() ToolAvailability {
 		return x.Availability
 	}
 	return ToolAvailability_TOOL_AVAILABILITY_UNSPECIFIED
+}
+
+// RunCallback names where a background run's final state is delivered.
+type RunCallback struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An http or https URL (at most 2,048 characters, no user or password in
+	// it). When the run finishes, the sidecar POSTs its final state there
+	// (the Run, as proto3 JSON), signed with the principal's callback secret
+	// (headers webhook-id, webhook-timestamp, webhook-signature: HMAC-SHA256 of
+	// "ID.TIMESTAMP.BODY", as Standard Webhooks specifies), and retries with
+	// backoff until the URL answers 2xx. It never follows a redirect, and
+	// connects only to addresses the configuration allows
+	// (background.callbacks): a URL it refuses fails StartRun with
+	// CALLBACK_NOT_ALLOWED.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunCallback) Reset() {
+	*x = RunCallback{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunCallback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunCallback) ProtoMessage() {}
+
+func (x *RunCallback) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunCallback.ProtoReflect.Descriptor instead.
+func (*RunCallback) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RunCallback) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// StartRunRequest starts a background run.
+type StartRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session to run in. Unknown sessions fail with NOT_FOUND; a session
+	// whose background run has not finished fails with FAILED_PRECONDITION
+	// (SESSION_BUSY).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The user's input for this turn; must not be empty.
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// How the answer is delivered; unset means OUTPUT_MODE_STREAMED (the
+	// model's text is stored as text_delta events for WatchRun).
+	OutputMode OutputMode `protobuf:"varint,3,opt,name=output_mode,json=outputMode,proto3,enum=agentsidecar.v1.OutputMode" json:"output_mode,omitempty"`
+	// Where the run's final state is delivered when it finishes; unset: nowhere
+	// (GetRun and WatchRun tell it).
+	Callback      *RunCallback `protobuf:"bytes,4,opt,name=callback,proto3" json:"callback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRunRequest) Reset() {
+	*x = StartRunRequest{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRunRequest) ProtoMessage() {}
+
+func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
+func (*StartRunRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *StartRunRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetOutputMode() OutputMode {
+	if x != nil {
+		return x.OutputMode
+	}
+	return OutputMode_OUTPUT_MODE_UNSPECIFIED
+}
+
+func (x *StartRunRequest) GetCallback() *RunCallback {
+	if x != nil {
+		return x.Callback
+	}
+	return nil
+}
+
+// StartRunResponse returns the run that was started.
+type StartRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, as it was when it was accepted.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRunResponse) Reset() {
+	*x = StartRunResponse{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRunResponse) ProtoMessage() {}
+
+func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
+func (*StartRunResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StartRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// Run is a background run as the sidecar keeps it.
+type Run struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's id, which its turn in the session also carries.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The session it runs in.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Where the run is.
+	State RunState `protobuf:"varint,3,opt,name=state,proto3,enum=agentsidecar.v1.RunState" json:"state,omitempty"`
+	// The user's input, cut at 65,536 characters with a marker saying how
+	// much was left out.
+	Input string `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	// When StartRun accepted it.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When its state last changed, or its last event was stored.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// When it finished; unset until then.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The sequence of its latest stored event; 0 before it started.
+	LastSequence uint32 `protobuf:"varint,8,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
+	// Its result, once it finished (GetRun and CancelRun only; ListRuns leaves
+	// it out). A result stored with the turn carries no STAGE_KIND_PERSISTENCE
+	// stage: it is written in the same transaction.
+	Result *RunResult `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`
+	// The tool calls waiting for approval, in RUN_STATE_INPUT_REQUIRED.
+	PendingApprovals []*ApprovalRequired `protobuf:"bytes,10,rep,name=pending_approvals,json=pendingApprovals,proto3" json:"pending_approvals,omitempty"`
+	// How its completion callback went.
+	CallbackStatus CallbackStatus `protobuf:"varint,11,opt,name=callback_status,json=callbackStatus,proto3,enum=agentsidecar.v1.CallbackStatus" json:"callback_status,omitempty"`
+	// How many times a replica took the run up: 1, or more when it was
+	// resumed after the replica running it stopped.
+	Attempts uint32 `protobuf:"varint,12,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// How its answer is delivered.
+	OutputMode    OutputMode `protobuf:"varint,13,opt,name=output_mode,json=outputMode,proto3,enum=agentsidecar.v1.OutputMode" json:"output_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Run) Reset() {
+	*x = Run{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Run) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Run) ProtoMessage() {}
+
+func (x *Run) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Run.ProtoReflect.Descriptor instead.
+func (*Run) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Run) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Run) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Run) GetState() RunState {
+	if x != nil {
+		return x.State
+	}
+	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+func (x *Run) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *Run) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Run) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *Run) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *Run) GetLastSequence() uint32 {
+	if x != nil {
+		return x.LastSequence
+	}
+	return 0
+}
+
+func (x *Run) GetResult() *RunResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Run) GetPendingApprovals() []*ApprovalRequired {
+	if x != nil {
+		return x.PendingApprovals
+	}
+	return nil
+}
+
+func (x *Run) GetCallbackStatus() CallbackStatus {
+	if x != nil {
+		return x.CallbackStatus
+	}
+	return CallbackStatus_CALLBACK_STATUS_UNSPECIFIED
+}
+
+func (x *Run) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Run) GetOutputMode() OutputMode {
+	if x != nil {
+		return x.OutputMode
+	}
+	return OutputMode_OUTPUT_MODE_UNSPECIFIED
+}
+
+// WatchRunRequest names a background run and where to start.
+type WatchRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The sequence of the last event the caller has; 0 for every event.
+	AfterSequence uint32 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRunRequest) Reset() {
+	*x = WatchRunRequest{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRunRequest) ProtoMessage() {}
+
+func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
+func (*WatchRunRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WatchRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WatchRunRequest) GetAfterSequence() uint32 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+// WatchRunResponse is one event of a background run.
+type WatchRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event, as StreamRun sends it.
+	Event         *StreamRunResponse `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRunResponse) Reset() {
+	*x = WatchRunResponse{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRunResponse) ProtoMessage() {}
+
+func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
+func (*WatchRunResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchRunResponse) GetEvent() *StreamRunResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// GetRunRequest names a background run.
+type GetRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's id.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunRequest) Reset() {
+	*x = GetRunRequest{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunRequest) ProtoMessage() {}
+
+func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
+func (*GetRunRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// GetRunResponse returns a background run.
+type GetRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, with its result once it finished.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunResponse) Reset() {
+	*x = GetRunResponse{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunResponse) ProtoMessage() {}
+
+func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
+func (*GetRunResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// ListRunsRequest names the session whose background runs are listed.
+type ListRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The most runs to return. 0 means 50; at most 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of an earlier response, for the runs after the ones
+	// it returned; empty for the first page. A token of another session's
+	// listing fails with INVALID_REQUEST.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListRunsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRunsResponse returns a page of a session's background runs.
+type ListRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs, newest first, without their results.
+	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// The token for the next page; empty when this page holds the oldest run.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListRunsResponse) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// CancelRunRequest names a background run to cancel.
+type CancelRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's id.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunRequest) Reset() {
+	*x = CancelRunRequest{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunRequest) ProtoMessage() {}
+
+func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
+func (*CancelRunRequest) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CancelRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// CancelRunResponse returns the cancelled run.
+type CancelRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run: RUN_STATE_CANCELED once the cancellation took effect; still
+	// running when the replica running it has not stopped it yet (GetRun or
+	// WatchRun tell when it has); as it was when it had already finished.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunResponse) Reset() {
+	*x = CancelRunResponse{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunResponse) ProtoMessage() {}
+
+func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
+func (*CancelRunResponse) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CancelRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
 }
 
 var File_agentsidecar_v1_agent_proto protoreflect.FileDescriptor
@@ -3315,7 +4281,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
 	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
-	"outputMode\"\x94\x05\n" +
+	"outputMode\"\xd4\x05\n" +
 	"\x11StreamRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\rR\bsequence\x12>\n" +
@@ -3329,8 +4295,14 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\rstep_finished\x18\b \x01(\v2\x1d.agentsidecar.v1.StepFinishedH\x00R\fstepFinished\x12?\n" +
 	"\frun_finished\x18\t \x01(\v2\x1a.agentsidecar.v1.RunResultH\x00R\vrunFinished\x12J\n" +
 	"\x0fbudget_exceeded\x18\n" +
-	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceededB\a\n" +
-	"\x05event\"u\n" +
+	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceeded\x12>\n" +
+	"\vrun_resumed\x18\v \x01(\v2\x1b.agentsidecar.v1.RunResumedH\x00R\n" +
+	"runResumedB\a\n" +
+	"\x05event\":\n" +
+	"\n" +
+	"RunResumed\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"u\n" +
 	"\n" +
 	"RunStarted\x12\x1d\n" +
 	"\n" +
@@ -3465,7 +4437,59 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\vSessionTool\x123\n" +
 	"\x04tool\x18\x01 \x01(\v2\x1f.agentsidecar.v1.ToolDescriptorR\x04tool\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12E\n" +
-	"\favailability\x18\x03 \x01(\x0e2!.agentsidecar.v1.ToolAvailabilityR\favailability*_\n" +
+	"\favailability\x18\x03 \x01(\x0e2!.agentsidecar.v1.ToolAvailabilityR\favailability\"\x1f\n" +
+	"\vRunCallback\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\xbe\x01\n" +
+	"\x0fStartRunRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
+	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
+	"outputMode\x128\n" +
+	"\bcallback\x18\x04 \x01(\v2\x1c.agentsidecar.v1.RunCallbackR\bcallback\":\n" +
+	"\x10StartRunResponse\x12&\n" +
+	"\x03run\x18\x01 \x01(\v2\x14.agentsidecar.v1.RunR\x03run\"\x80\x05\n" +
+	"\x03Run\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12/\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.agentsidecar.v1.RunStateR\x05state\x12\x14\n" +
+	"\x05input\x18\x04 \x01(\tR\x05input\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x125\n" +
+	"\bend_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12#\n" +
+	"\rlast_sequence\x18\b \x01(\rR\flastSequence\x122\n" +
+	"\x06result\x18\t \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\x12N\n" +
+	"\x11pending_approvals\x18\n" +
+	" \x03(\v2!.agentsidecar.v1.ApprovalRequiredR\x10pendingApprovals\x12H\n" +
+	"\x0fcallback_status\x18\v \x01(\x0e2\x1f.agentsidecar.v1.CallbackStatusR\x0ecallbackStatus\x12\x1a\n" +
+	"\battempts\x18\f \x01(\rR\battempts\x12<\n" +
+	"\voutput_mode\x18\r \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
+	"outputMode\"O\n" +
+	"\x0fWatchRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\rR\rafterSequence\"L\n" +
+	"\x10WatchRunResponse\x128\n" +
+	"\x05event\x18\x01 \x01(\v2\".agentsidecar.v1.StreamRunResponseR\x05event\"&\n" +
+	"\rGetRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"8\n" +
+	"\x0eGetRunResponse\x12&\n" +
+	"\x03run\x18\x01 \x01(\v2\x14.agentsidecar.v1.RunR\x03run\"l\n" +
+	"\x0fListRunsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"d\n" +
+	"\x10ListRunsResponse\x12(\n" +
+	"\x04runs\x18\x01 \x03(\v2\x14.agentsidecar.v1.RunR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x10CancelRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\";\n" +
+	"\x11CancelRunResponse\x12&\n" +
+	"\x03run\x18\x01 \x01(\v2\x14.agentsidecar.v1.RunR\x03run*_\n" +
 	"\n" +
 	"OutputMode\x12\x1b\n" +
 	"\x17OUTPUT_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3529,7 +4553,21 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1bTOOL_AVAILABILITY_AVAILABLE\x10\x01\x12(\n" +
 	"$TOOL_AVAILABILITY_SERVER_UNAVAILABLE\x10\x02\x12\"\n" +
 	"\x1eTOOL_AVAILABILITY_BREAKER_OPEN\x10\x03\x12 \n" +
-	"\x1cTOOL_AVAILABILITY_NAME_TAKEN\x10\x042\x8c\x05\n" +
+	"\x1cTOOL_AVAILABILITY_NAME_TAKEN\x10\x04*\xd2\x01\n" +
+	"\bRunState\x12\x19\n" +
+	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RUN_STATE_SUBMITTED\x10\x01\x12\x15\n" +
+	"\x11RUN_STATE_WORKING\x10\x02\x12\x17\n" +
+	"\x13RUN_STATE_COMPLETED\x10\x03\x12\x14\n" +
+	"\x10RUN_STATE_FAILED\x10\x04\x12\x16\n" +
+	"\x12RUN_STATE_CANCELED\x10\x05\x12\x1c\n" +
+	"\x18RUN_STATE_INPUT_REQUIRED\x10\x06\x12\x16\n" +
+	"\x12RUN_STATE_REJECTED\x10\a*\x89\x01\n" +
+	"\x0eCallbackStatus\x12\x1f\n" +
+	"\x1bCALLBACK_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17CALLBACK_STATUS_PENDING\x10\x01\x12\x1d\n" +
+	"\x19CALLBACK_STATUS_DELIVERED\x10\x02\x12\x1a\n" +
+	"\x16CALLBACK_STATUS_FAILED\x10\x032\xa0\b\n" +
 	"\fAgentService\x12^\n" +
 	"\rCreateSession\x12%.agentsidecar.v1.CreateSessionRequest\x1a&.agentsidecar.v1.CreateSessionResponse\x12U\n" +
 	"\n" +
@@ -3538,7 +4576,12 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\tStreamRun\x12!.agentsidecar.v1.StreamRunRequest\x1a\".agentsidecar.v1.StreamRunResponse0\x01\x12@\n" +
 	"\x03Run\x12\x1b.agentsidecar.v1.RunRequest\x1a\x1c.agentsidecar.v1.RunResponse\x12d\n" +
 	"\x0fApproveToolCall\x12'.agentsidecar.v1.ApproveToolCallRequest\x1a(.agentsidecar.v1.ApproveToolCallResponse\x12g\n" +
-	"\x10ListSessionTools\x12(.agentsidecar.v1.ListSessionToolsRequest\x1a).agentsidecar.v1.ListSessionToolsResponseB\xb1\x01\n" +
+	"\x10ListSessionTools\x12(.agentsidecar.v1.ListSessionToolsRequest\x1a).agentsidecar.v1.ListSessionToolsResponse\x12O\n" +
+	"\bStartRun\x12 .agentsidecar.v1.StartRunRequest\x1a!.agentsidecar.v1.StartRunResponse\x12Q\n" +
+	"\bWatchRun\x12 .agentsidecar.v1.WatchRunRequest\x1a!.agentsidecar.v1.WatchRunResponse0\x01\x12I\n" +
+	"\x06GetRun\x12\x1e.agentsidecar.v1.GetRunRequest\x1a\x1f.agentsidecar.v1.GetRunResponse\x12O\n" +
+	"\bListRuns\x12 .agentsidecar.v1.ListRunsRequest\x1a!.agentsidecar.v1.ListRunsResponse\x12R\n" +
+	"\tCancelRun\x12!.agentsidecar.v1.CancelRunRequest\x1a\".agentsidecar.v1.CancelRunResponseB\xb1\x01\n" +
 	"\x13dev.agentsidecar.v1B\n" +
 	"AgentProtoP\x01ZOgithub.com/agent-sidecar/agent-sidecar/clients/go/agentsidecarv1;agentsidecarv1\xa2\x02\x03ASX\xaa\x02\x0fAgentSidecar.V1\xca\x02\x0fAgentSidecar\\V1\xea\x02\x10AgentSidecar::V1b\x06proto3"
 
@@ -3554,8 +4597,8 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentsidecar_v1_agent_proto_rawDescData
 }
 
-var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
@@ -3566,125 +4609,166 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(ToolCacheResult)(0),             // 6: agentsidecar.v1.ToolCacheResult
 	(ApprovalDecision)(0),            // 7: agentsidecar.v1.ApprovalDecision
 	(ToolAvailability)(0),            // 8: agentsidecar.v1.ToolAvailability
-	(*CreateSessionRequest)(nil),     // 9: agentsidecar.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 10: agentsidecar.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 11: agentsidecar.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 12: agentsidecar.v1.GetSessionResponse
-	(*DeleteSessionRequest)(nil),     // 13: agentsidecar.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 14: agentsidecar.v1.DeleteSessionResponse
-	(*Session)(nil),                  // 15: agentsidecar.v1.Session
-	(*Turn)(nil),                     // 16: agentsidecar.v1.Turn
-	(*StreamRunRequest)(nil),         // 17: agentsidecar.v1.StreamRunRequest
-	(*StreamRunResponse)(nil),        // 18: agentsidecar.v1.StreamRunResponse
-	(*RunStarted)(nil),               // 19: agentsidecar.v1.RunStarted
-	(*TextDelta)(nil),                // 20: agentsidecar.v1.TextDelta
-	(*ToolCallStarted)(nil),          // 21: agentsidecar.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),         // 22: agentsidecar.v1.ToolCallFinished
-	(*ApprovalRequired)(nil),         // 23: agentsidecar.v1.ApprovalRequired
-	(*StepFinished)(nil),             // 24: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 25: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 26: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 27: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 28: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 29: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 30: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 31: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 32: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 33: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 34: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 35: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 36: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 37: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 38: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 39: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 40: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 41: agentsidecar.v1.SessionTool
-	nil,                              // 42: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 43: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 46: agentsidecar.v1.ToolDescriptor
+	(RunState)(0),                    // 9: agentsidecar.v1.RunState
+	(CallbackStatus)(0),              // 10: agentsidecar.v1.CallbackStatus
+	(*CreateSessionRequest)(nil),     // 11: agentsidecar.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 12: agentsidecar.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 13: agentsidecar.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 14: agentsidecar.v1.GetSessionResponse
+	(*DeleteSessionRequest)(nil),     // 15: agentsidecar.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 16: agentsidecar.v1.DeleteSessionResponse
+	(*Session)(nil),                  // 17: agentsidecar.v1.Session
+	(*Turn)(nil),                     // 18: agentsidecar.v1.Turn
+	(*StreamRunRequest)(nil),         // 19: agentsidecar.v1.StreamRunRequest
+	(*StreamRunResponse)(nil),        // 20: agentsidecar.v1.StreamRunResponse
+	(*RunResumed)(nil),               // 21: agentsidecar.v1.RunResumed
+	(*RunStarted)(nil),               // 22: agentsidecar.v1.RunStarted
+	(*TextDelta)(nil),                // 23: agentsidecar.v1.TextDelta
+	(*ToolCallStarted)(nil),          // 24: agentsidecar.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),         // 25: agentsidecar.v1.ToolCallFinished
+	(*ApprovalRequired)(nil),         // 26: agentsidecar.v1.ApprovalRequired
+	(*StepFinished)(nil),             // 27: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 28: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 29: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 30: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 31: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 32: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 33: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 34: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 35: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 36: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 37: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 38: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 39: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 40: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 41: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 42: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 43: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 44: agentsidecar.v1.SessionTool
+	(*RunCallback)(nil),              // 45: agentsidecar.v1.RunCallback
+	(*StartRunRequest)(nil),          // 46: agentsidecar.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 47: agentsidecar.v1.StartRunResponse
+	(*Run)(nil),                      // 48: agentsidecar.v1.Run
+	(*WatchRunRequest)(nil),          // 49: agentsidecar.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),         // 50: agentsidecar.v1.WatchRunResponse
+	(*GetRunRequest)(nil),            // 51: agentsidecar.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 52: agentsidecar.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 53: agentsidecar.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 54: agentsidecar.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),         // 55: agentsidecar.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),        // 56: agentsidecar.v1.CancelRunResponse
+	nil,                              // 57: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 58: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 61: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	42, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	15, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
-	15, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	43, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	44, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	44, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	16, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
+	57, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	17, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
+	17, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
+	58, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	59, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	59, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	18, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	44, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	44, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	29, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	59, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	59, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	32, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	19, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
-	20, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
-	21, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
-	22, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
-	23, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	24, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	27, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	32, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
-	1,  // 20: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	33, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 23: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	27, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	2,  // 25: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	28, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	29, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	30, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	33, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	32, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	31, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	3,  // 32: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	45, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	45, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 35: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	34, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	45, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 38: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	45, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	45, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	35, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	36, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	45, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	45, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	45, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	45, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	29, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	45, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 49: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	45, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	45, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	45, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	45, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 56: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	41, // 57: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	46, // 58: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 59: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	9,  // 60: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	11, // 61: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	13, // 62: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	17, // 63: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	25, // 64: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	37, // 65: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	39, // 66: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	10, // 67: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	12, // 68: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	14, // 69: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	18, // 70: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	26, // 71: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	38, // 72: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	40, // 73: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	67, // [67:74] is the sub-list for method output_type
-	60, // [60:67] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	22, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
+	23, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
+	24, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
+	25, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
+	26, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
+	27, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	30, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	35, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	21, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
+	1,  // 21: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	60, // 22: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	36, // 23: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 24: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	30, // 25: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	2,  // 26: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	31, // 27: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	32, // 28: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	33, // 29: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	36, // 30: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	35, // 31: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	34, // 32: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	3,  // 33: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	60, // 34: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	60, // 35: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	4,  // 36: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	37, // 37: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	60, // 38: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	5,  // 39: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	60, // 40: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	60, // 41: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	38, // 42: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	39, // 43: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	60, // 44: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	60, // 45: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	60, // 46: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	60, // 47: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	32, // 48: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	60, // 49: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	1,  // 50: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	60, // 51: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	60, // 52: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	60, // 53: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	60, // 54: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	6,  // 55: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	60, // 56: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 57: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	44, // 58: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	61, // 59: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	8,  // 60: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	0,  // 61: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	45, // 62: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
+	48, // 63: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
+	9,  // 64: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
+	59, // 65: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	59, // 66: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	59, // 67: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	30, // 68: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
+	26, // 69: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
+	10, // 70: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
+	0,  // 71: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
+	20, // 72: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
+	48, // 73: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
+	48, // 74: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
+	48, // 75: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
+	11, // 76: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	13, // 77: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	15, // 78: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	19, // 79: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	28, // 80: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	40, // 81: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	42, // 82: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	46, // 83: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
+	49, // 84: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
+	51, // 85: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
+	53, // 86: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
+	55, // 87: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
+	12, // 88: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	14, // 89: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	16, // 90: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	20, // 91: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	29, // 92: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	41, // 93: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	43, // 94: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	47, // 95: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
+	50, // 96: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
+	52, // 97: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
+	54, // 98: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
+	56, // 99: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
+	88, // [88:100] is the sub-list for method output_type
+	76, // [76:88] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -3702,8 +4786,9 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_StepFinished)(nil),
 		(*StreamRunResponse_RunFinished)(nil),
 		(*StreamRunResponse_BudgetExceeded)(nil),
+		(*StreamRunResponse_RunResumed)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[26].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -3712,8 +4797,8 @@ func file_agentsidecar_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   35,
+			NumEnums:      11,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,11 @@ const (
 	AgentService_Run_FullMethodName              = "/agentsidecar.v1.AgentService/Run"
 	AgentService_ApproveToolCall_FullMethodName  = "/agentsidecar.v1.AgentService/ApproveToolCall"
 	AgentService_ListSessionTools_FullMethodName = "/agentsidecar.v1.AgentService/ListSessionTools"
+	AgentService_StartRun_FullMethodName         = "/agentsidecar.v1.AgentService/StartRun"
+	AgentService_WatchRun_FullMethodName         = "/agentsidecar.v1.AgentService/WatchRun"
+	AgentService_GetRun_FullMethodName           = "/agentsidecar.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName         = "/agentsidecar.v1.AgentService/ListRuns"
+	AgentService_CancelRun_FullMethodName        = "/agentsidecar.v1.AgentService/CancelRun"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -79,6 +84,18 @@ const (
 //     retry can help).
 //   - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
 //     slowly; the run was cancelled.
+//   - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
+//     expired, or its session was deleted); ResourceInfo names it. A run
+//     another principal started does not exist for the caller.
+//   - RUN_QUEUE_FULL (RESOURCE_EXHAUSTED): as many background runs are queued
+//     and running as the sidecar takes (background.max_runs); RetryInfo says
+//     when to retry. A principal at its own bound (quota.background_runs) gets
+//     QUOTA_EXCEEDED instead.
+//   - CALLBACK_NOT_ALLOWED (PERMISSION_DENIED): the configuration does not let
+//     a run's completion callback go to that URL, or the principal has no
+//     callback secret to sign it with.
+//   - BACKGROUND_RUNS_DISABLED (FAILED_PRECONDITION): the sidecar serves no
+//     background runs (background.enabled is false).
 //   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
 //     sidecar's log line.
 //
@@ -107,6 +124,39 @@ type AgentServiceClient interface {
 	// ListSessionTools lists the tools a session's profile allows, with
 	// whether each one can be called right now.
 	ListSessionTools(ctx context.Context, in *ListSessionToolsRequest, opts ...grpc.CallOption) (*ListSessionToolsResponse, error)
+	// StartRun starts a background run: one user turn of a session that goes on
+	// without its caller, and returns at once with the run (RUN_STATE_SUBMITTED,
+	// or later). The run's events are stored as they happen (WatchRun), its
+	// state and result stay readable (GetRun, ListRuns) until it expires
+	// (background.retention after it finished), and its completion callback, if
+	// it names one, is told its final state. A session runs one background run
+	// at a time: StartRun on a session whose background run has not finished
+	// fails with SESSION_BUSY. A run waits (submitted) while a foreground turn
+	// holds its session, and while the sidecar is at its bounds of concurrent
+	// runs. Not retry-safe: a retry after a lost response starts a second run;
+	// ListRuns shows what was started.
+	StartRun(ctx context.Context, in *StartRunRequest, opts ...grpc.CallOption) (*StartRunResponse, error)
+	// WatchRun streams a background run's events from after_sequence on: the
+	// stored ones first, then each as it is stored, until the last one
+	// (run_finished), after which the stream ends. The events are those of
+	// StreamRun, with the same sequence numbers; a caller that reconnects with
+	// the last sequence it saw misses nothing and sees nothing twice, whichever
+	// replica it reaches. A stream may end before run_finished (its deadline, a
+	// replica stopping): watch again from the last sequence.
+	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error)
+	// GetRun returns a background run: its state, and its result once it
+	// finished.
+	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
+	// ListRuns lists a session's background runs, newest first, a page at a
+	// time. The runs are listed without their results (GetRun has them).
+	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// CancelRun cancels a background run: a submitted run never starts; a
+	// running one stops, with every tool call in flight, and finishes
+	// RUN_STATE_CANCELED (its turn is stored as STOP_REASON_CANCELLED). It
+	// returns the run as it is once the cancellation took effect, or after a
+	// few seconds when the replica running it has not answered yet. A finished
+	// run is returned as it is, so the call is safe to retry.
+	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 }
 
 type agentServiceClient struct {
@@ -196,6 +246,65 @@ func (c *agentServiceClient) ListSessionTools(ctx context.Context, in *ListSessi
 	return out, nil
 }
 
+func (c *agentServiceClient) StartRun(ctx context.Context, in *StartRunRequest, opts ...grpc.CallOption) (*StartRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_StartRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_WatchRun_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRunRequest, WatchRunResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchRunClient = grpc.ServerStreamingClient[WatchRunResponse]
+
+func (c *agentServiceClient) GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_CancelRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -247,6 +356,18 @@ func (c *agentServiceClient) ListSessionTools(ctx context.Context, in *ListSessi
 //     retry can help).
 //   - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
 //     slowly; the run was cancelled.
+//   - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
+//     expired, or its session was deleted); ResourceInfo names it. A run
+//     another principal started does not exist for the caller.
+//   - RUN_QUEUE_FULL (RESOURCE_EXHAUSTED): as many background runs are queued
+//     and running as the sidecar takes (background.max_runs); RetryInfo says
+//     when to retry. A principal at its own bound (quota.background_runs) gets
+//     QUOTA_EXCEEDED instead.
+//   - CALLBACK_NOT_ALLOWED (PERMISSION_DENIED): the configuration does not let
+//     a run's completion callback go to that URL, or the principal has no
+//     callback secret to sign it with.
+//   - BACKGROUND_RUNS_DISABLED (FAILED_PRECONDITION): the sidecar serves no
+//     background runs (background.enabled is false).
 //   - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
 //     sidecar's log line.
 //
@@ -275,6 +396,39 @@ type AgentServiceServer interface {
 	// ListSessionTools lists the tools a session's profile allows, with
 	// whether each one can be called right now.
 	ListSessionTools(context.Context, *ListSessionToolsRequest) (*ListSessionToolsResponse, error)
+	// StartRun starts a background run: one user turn of a session that goes on
+	// without its caller, and returns at once with the run (RUN_STATE_SUBMITTED,
+	// or later). The run's events are stored as they happen (WatchRun), its
+	// state and result stay readable (GetRun, ListRuns) until it expires
+	// (background.retention after it finished), and its completion callback, if
+	// it names one, is told its final state. A session runs one background run
+	// at a time: StartRun on a session whose background run has not finished
+	// fails with SESSION_BUSY. A run waits (submitted) while a foreground turn
+	// holds its session, and while the sidecar is at its bounds of concurrent
+	// runs. Not retry-safe: a retry after a lost response starts a second run;
+	// ListRuns shows what was started.
+	StartRun(context.Context, *StartRunRequest) (*StartRunResponse, error)
+	// WatchRun streams a background run's events from after_sequence on: the
+	// stored ones first, then each as it is stored, until the last one
+	// (run_finished), after which the stream ends. The events are those of
+	// StreamRun, with the same sequence numbers; a caller that reconnects with
+	// the last sequence it saw misses nothing and sees nothing twice, whichever
+	// replica it reaches. A stream may end before run_finished (its deadline, a
+	// replica stopping): watch again from the last sequence.
+	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error
+	// GetRun returns a background run: its state, and its result once it
+	// finished.
+	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
+	// ListRuns lists a session's background runs, newest first, a page at a
+	// time. The runs are listed without their results (GetRun has them).
+	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// CancelRun cancels a background run: a submitted run never starts; a
+	// running one stops, with every tool call in flight, and finishes
+	// RUN_STATE_CANCELED (its turn is stored as STOP_REASON_CANCELLED). It
+	// returns the run as it is once the cancellation took effect, or after a
+	// few seconds when the replica running it has not answered yet. A finished
+	// run is returned as it is, so the call is safe to retry.
+	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -305,6 +459,21 @@ func (UnimplementedAgentServiceServer) ApproveToolCall(context.Context, *Approve
 }
 func (UnimplementedAgentServiceServer) ListSessionTools(context.Context, *ListSessionToolsRequest) (*ListSessionToolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessionTools not implemented")
+}
+func (UnimplementedAgentServiceServer) StartRun(context.Context, *StartRunRequest) (*StartRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartRun not implemented")
+}
+func (UnimplementedAgentServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchRun not implemented")
+}
+func (UnimplementedAgentServiceServer) GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
+}
+func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
+}
+func (UnimplementedAgentServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -446,6 +615,89 @@ func _AgentService_ListSessionTools_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_StartRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).StartRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_StartRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).StartRun(ctx, req.(*StartRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_WatchRun_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRunRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).WatchRun(m, &grpc.GenericServerStream[WatchRunRequest, WatchRunResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchRunServer = grpc.ServerStreamingServer[WatchRunResponse]
+
+func _AgentService_GetRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetRun(ctx, req.(*GetRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListRuns(ctx, req.(*ListRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_CancelRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CancelRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CancelRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CancelRun(ctx, req.(*CancelRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -477,11 +729,32 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListSessionTools",
 			Handler:    _AgentService_ListSessionTools_Handler,
 		},
+		{
+			MethodName: "StartRun",
+			Handler:    _AgentService_StartRun_Handler,
+		},
+		{
+			MethodName: "GetRun",
+			Handler:    _AgentService_GetRun_Handler,
+		},
+		{
+			MethodName: "ListRuns",
+			Handler:    _AgentService_ListRuns_Handler,
+		},
+		{
+			MethodName: "CancelRun",
+			Handler:    _AgentService_CancelRun_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "StreamRun",
 			Handler:       _AgentService_StreamRun_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchRun",
+			Handler:       _AgentService_WatchRun_Handler,
 			ServerStreams: true,
 		},
 	},

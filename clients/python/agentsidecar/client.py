@@ -18,6 +18,14 @@ Approvals answered by a callback while the run streams::
     async for event in client.stream(session_id, "Refund order 20250101", on_approval=decide):
         ...
 
+A background run, started now and watched (again, after a disconnect) from where the
+caller left off::
+
+    run = await client.start_run(session.session_id, "Compile the quarterly report")
+    async for event in client.watch_run(run.run_id):   # reconnects on its own
+        last = event.sequence
+    print((await client.get_run(run.run_id)).result.answer)
+
 A sidecar with TLS and callers' tokens (docs/security.md)::
 
     AgentClient("sidecar.example:50051", tls=True, ca_file="ca.pem", token=os.environ["TOKEN"])
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -325,3 +334,123 @@ class AgentClient:
 
     list_tools = list_session_tools
     """The name ``list_session_tools`` had first; kept for code written against it."""
+
+    # -- background runs ------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        session_id: str,
+        user_input: str,
+        *,
+        structured: bool = False,
+        callback_url: str = "",
+        timeout: float | None = 10.0,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> agent_pb2.Run:
+        """Start a background run (``StartRun``): it goes on without the caller. Returns
+        the run at once (``RUN_STATE_SUBMITTED`` or later); ``callback_url`` is told its
+        final state. Not retry-safe: a retry after a lost answer starts a second run."""
+        mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
+        request = agent_pb2.StartRunRequest(
+            session_id=session_id,
+            input=user_input,
+            output_mode=mode,
+            callback=agent_pb2.RunCallback(url=callback_url) if callback_url else None,
+        )
+        response: agent_pb2.StartRunResponse = await self.stub.StartRun(
+            request, timeout=timeout, metadata=(*self._auth, *metadata) or None
+        )
+        return response.run
+
+    async def watch_run(
+        self,
+        run_id: str,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+        reconnect: bool = True,
+    ) -> AsyncGenerator[agent_pb2.StreamRunResponse, None]:
+        """Yield a background run's events after ``after_sequence`` until the last one
+        (``run_finished``), stored ones first (``WatchRun``).
+
+        With ``reconnect`` (the default), a stream that breaks off before the last event
+        (the sidecar restarting, a replica stopping, the network) is watched again from
+        the last event yielded, with a short backoff, until ``timeout`` seconds have passed
+        in all (None: no end): no event is missed, none is yielded twice.
+
+        Without ``reconnect``, a stream that breaks off raises; watch again from the last
+        sequence seen.
+
+        Raises:
+            grpc.aio.AioRpcError: a failure that reconnecting cannot mend (RUN_NOT_FOUND,
+                UNAUTHENTICATED ...), or the last one when ``timeout`` ran out.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = after_sequence
+        backoff = 0.05
+        while True:
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            call = self.stub.WatchRun(
+                agent_pb2.WatchRunRequest(run_id=run_id, after_sequence=last),
+                timeout=left,
+                metadata=self._auth or None,
+            )
+            try:
+                async for response in call:
+                    event = response.event
+                    last = event.sequence
+                    backoff = 0.05
+                    yield event
+                    if event.HasField("run_finished"):
+                        return
+                # Ended cleanly: the run has finished and every event after ``last`` was
+                # sent (none, when the caller had them all already).
+                return
+            except grpc.aio.AioRpcError as exc:
+                out_of_time = deadline is not None and time.monotonic() >= deadline
+                if not reconnect or out_of_time or exc.code() not in _RECONNECT:
+                    raise
+            finally:
+                call.cancel()
+            await asyncio.sleep(backoff)
+            backoff = min(2.0, backoff * 2)
+
+    async def get_run(self, run_id: str, *, timeout: float | None = 10.0) -> agent_pb2.Run:
+        """A background run: its state, and its result once it finished (``GetRun``)."""
+        response: agent_pb2.GetRunResponse = await self.stub.GetRun(
+            agent_pb2.GetRunRequest(run_id=run_id), timeout=timeout, metadata=self._auth or None
+        )
+        return response.run
+
+    async def list_runs(
+        self,
+        session_id: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = 10.0,
+    ) -> agent_pb2.ListRunsResponse:
+        """A page of a session's background runs, newest first, without their results
+        (``ListRuns``); ``next_page_token`` continues it."""
+        response: agent_pb2.ListRunsResponse = await self.stub.ListRuns(
+            agent_pb2.ListRunsRequest(
+                session_id=session_id, page_size=page_size, page_token=page_token
+            ),
+            timeout=timeout,
+            metadata=self._auth or None,
+        )
+        return response
+
+    async def cancel_run(self, run_id: str, *, timeout: float | None = 20.0) -> agent_pb2.Run:
+        """Cancel a background run and its tool calls in flight (``CancelRun``); returns it
+        once cancelled (or as it finished, when it had). Safe to retry."""
+        response: agent_pb2.CancelRunResponse = await self.stub.CancelRun(
+            agent_pb2.CancelRunRequest(run_id=run_id), timeout=timeout, metadata=self._auth or None
+        )
+        return response.run
+
+
+_RECONNECT = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""Codes of a watch that broke off, which watching again can mend."""

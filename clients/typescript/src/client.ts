@@ -23,17 +23,25 @@ import {
   ApprovalDecision,
   type ApprovalRequired,
   ApproveToolCallRequest,
+  CancelRunRequest,
   CreateSessionRequest,
   DeleteSessionRequest,
+  GetRunRequest,
   GetSessionRequest,
+  ListRunsRequest,
+  type ListRunsResponse,
   ListSessionToolsRequest,
   OutputMode,
+  type Run,
   RunRequest,
   type RunResponse,
   type Session,
   type SessionTool,
+  StartRunRequest,
   StreamRunRequest,
   type StreamRunResponse,
+  WatchRunRequest,
+  type WatchRunResponse,
 } from "./gen/agentsidecar/v1/agent.js";
 
 /** Options every call takes. */
@@ -102,6 +110,40 @@ export interface StreamOptions extends CallOptions {
    * {@link AgentClient.deny} yourself while you iterate.
    */
   onApproval?: ApprovalHandler;
+}
+
+/** Options of {@link AgentClient.startRun}. */
+export interface StartRunOptions extends CallOptions {
+  /** How the answer is delivered; unset means `OUTPUT_MODE_STREAMED` (text deltas are stored). */
+  outputMode?: OutputMode;
+  /** An http(s) URL told the run's final state when it finishes (a signed POST). */
+  callbackUrl?: string;
+}
+
+/** Options of {@link AgentClient.watchRun}. */
+export interface WatchRunOptions {
+  /** The sequence of the last event the caller has; events after it are yielded. Default 0. */
+  afterSequence?: number;
+  /**
+   * When the whole watch must end, reconnections included (a `Date`, or milliseconds since
+   * the epoch); unset: it waits as long as the run goes on.
+   */
+  deadline?: Date | number;
+  /** Aborting it ends the watch (never the run: {@link AgentClient.cancelRun} does that). */
+  signal?: AbortSignal;
+  /**
+   * Watch again from the last event yielded when the stream breaks off before the last event
+   * (the sidecar restarting, a replica stopping, the network). Default true.
+   */
+  reconnect?: boolean;
+}
+
+/** Options of {@link AgentClient.listRuns}. */
+export interface ListRunsOptions extends CallOptions {
+  /** The most runs to return; 0 (the default) means 50, at most 1000. */
+  pageSize?: number;
+  /** The `nextPageToken` of an earlier page. */
+  pageToken?: string;
 }
 
 /** Options of {@link AgentClient.deny}. */
@@ -318,6 +360,107 @@ export class AgentClient {
     );
   }
 
+  /**
+   * Starts a background run of one user turn and returns it at once (`RUN_STATE_SUBMITTED` or
+   * later); the run goes on without the caller. Not retry-safe: a retry after a lost answer
+   * starts a second run.
+   *
+   * @throws {AgentSidecarError} SESSION_BUSY (the session's background run has not finished),
+   *   RUN_QUEUE_FULL or QUOTA_EXCEEDED (with a retry delay), CALLBACK_NOT_ALLOWED,
+   *   SESSION_NOT_FOUND, INVALID_REQUEST.
+   */
+  async startRun(sessionId: string, input: string, options: StartRunOptions = {}): Promise<Run> {
+    const request = StartRunRequest.fromPartial({
+      sessionId,
+      input,
+      outputMode: options.outputMode ?? OutputMode.OUTPUT_MODE_UNSPECIFIED,
+      callback: options.callbackUrl ? { url: options.callbackUrl } : undefined,
+    });
+    const response = await this.#unary(this.stub.startRun, request, options, true);
+    return required(response.run, "StartRunResponse.run");
+  }
+
+  /**
+   * Yields a background run's events after `afterSequence`, the stored ones first, then each
+   * as it is stored, until the last (`runFinished`). A stream that breaks off before it is
+   * watched again from the last event yielded (unless `reconnect` is false), so no event is
+   * missed and none is yielded twice; a watch that ends cleanly has yielded the last event.
+   *
+   * @throws {AgentSidecarError} RUN_NOT_FOUND; CANCELLED after an abort; DEADLINE_EXCEEDED
+   *   past the deadline; or the status that broke the stream off when reconnect is false.
+   */
+  async *watchRun(
+    runId: string,
+    options: WatchRunOptions = {},
+  ): AsyncGenerator<StreamRunResponse, void, undefined> {
+    const { signal, deadline } = options;
+    let last = options.afterSequence ?? 0;
+    let backoff = 50;
+    for (;;) {
+      throwIfAborted(signal);
+      const call: ClientReadableStream<WatchRunResponse> = this.stub.watchRun(
+        WatchRunRequest.fromPartial({ runId, afterSequence: last }),
+        new Metadata(),
+        callOptions(deadline),
+      );
+      const cancel = (): void => call.cancel();
+      signal?.addEventListener("abort", cancel, { once: true });
+      try {
+        for await (const response of call as AsyncIterable<WatchRunResponse>) {
+          const event = required(response.event, "WatchRunResponse.event");
+          last = event.sequence;
+          backoff = 50;
+          yield event;
+          if (event.event?.$case === "runFinished") return;
+        }
+        return; // ended cleanly: every event after the last one was sent
+      } catch (error) {
+        if (!isServiceError(error)) throw error;
+        const failure = AgentSidecarError.from(error);
+        if (options.reconnect === false || signal?.aborted || !RECONNECT.has(failure.code) ||
+          failure.reason !== undefined || pastDeadline(deadline)) {
+          throw failure;
+        }
+      } finally {
+        signal?.removeEventListener("abort", cancel);
+        call.cancel();
+      }
+      await new Promise((resolve) => setTimeout(resolve, backoff));
+      backoff = Math.min(2_000, backoff * 2);
+    }
+  }
+
+  /**
+   * Returns a background run, with its result once it finished.
+   *
+   * @throws {AgentSidecarError} RUN_NOT_FOUND.
+   */
+  async getRun(runId: string, options: CallOptions = {}): Promise<Run> {
+    const response = await this.#unary(this.stub.getRun, GetRunRequest.fromPartial({ runId }), options, true);
+    return required(response.run, "GetRunResponse.run");
+  }
+
+  /** Lists a session's background runs, newest first, without their results. */
+  listRuns(sessionId: string, options: ListRunsOptions = {}): Promise<ListRunsResponse> {
+    const request = ListRunsRequest.fromPartial({
+      sessionId,
+      pageSize: options.pageSize ?? 0,
+      pageToken: options.pageToken ?? "",
+    });
+    return this.#unary(this.stub.listRuns, request, options, true);
+  }
+
+  /**
+   * Cancels a background run and its tool calls in flight; returns it once cancelled, or as it
+   * finished when it had (so it is safe to retry).
+   *
+   * @throws {AgentSidecarError} RUN_NOT_FOUND.
+   */
+  async cancelRun(runId: string, options: CallOptions = {}): Promise<Run> {
+    const response = await this.#unary(this.stub.cancelRun, CancelRunRequest.fromPartial({ runId }), options, true);
+    return required(response.run, "CancelRunResponse.run");
+  }
+
   async #answer(
     handler: ApprovalHandler,
     request: ApprovalRequired,
@@ -395,6 +538,17 @@ export class AgentClient {
       signal?.addEventListener("abort", cancel, { once: true });
     });
   }
+}
+
+/** Codes of a watch that broke off (with no reason from the sidecar), which watching again can mend. */
+const RECONNECT: ReadonlySet<number> = new Set([
+  GrpcStatus.UNAVAILABLE,
+  GrpcStatus.CANCELLED,
+  GrpcStatus.DEADLINE_EXCEEDED,
+]);
+
+function pastDeadline(deadline: Date | number | undefined): boolean {
+  return deadline !== undefined && Date.now() >= (deadline instanceof Date ? deadline.getTime() : deadline);
 }
 
 function callOptions(deadline: Date | number | undefined): Partial<GrpcCallOptions> {

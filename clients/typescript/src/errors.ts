@@ -56,6 +56,14 @@ export const ErrorReason = {
   PERMISSION_DENIED: "PERMISSION_DENIED",
   /** INTERNAL: a defect; `metadata.error_id` names the sidecar's log line. */
   INTERNAL: "INTERNAL",
+  /** NOT_FOUND: no such background run (never started, expired, or another caller's). */
+  RUN_NOT_FOUND: "RUN_NOT_FOUND",
+  /** RESOURCE_EXHAUSTED: as many background runs wait or run as allowed; retry after the delay. */
+  RUN_QUEUE_FULL: "RUN_QUEUE_FULL",
+  /** PERMISSION_DENIED: the configuration does not let a run's callback go to that URL. */
+  CALLBACK_NOT_ALLOWED: "CALLBACK_NOT_ALLOWED",
+  /** FAILED_PRECONDITION: the sidecar serves no background runs. */
+  BACKGROUND_RUNS_DISABLED: "BACKGROUND_RUNS_DISABLED",
 } as const;
 
 /** One of the reasons listed in {@link ErrorReason}. */

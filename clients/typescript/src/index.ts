@@ -1,8 +1,8 @@
 /**
  * `@agent-sidecar/client`: a typed Node.js client for the agent sidecar.
  *
- * - {@link AgentClient}: sessions, unary and streamed runs, approvals; deadlines and
- *   AbortSignal on every call.
+ * - {@link AgentClient}: sessions, unary and streamed runs, approvals, background runs
+ *   (start, watch with resumption, get, list, cancel); deadlines and AbortSignal on every call.
  * - {@link AgentSidecarError}: every failure, with the gRPC code and the sidecar's
  *   `ErrorInfo` reason, retry delay, field violations and resource info.
  * - The messages and enums of `agentsidecar.v1`, generated from the protos at build time.
@@ -18,8 +18,11 @@ export {
   type CallOptions,
   type CreateSessionOptions,
   type DenyOptions,
+  type ListRunsOptions,
   type RunOptions,
+  type StartRunOptions,
   type StreamOptions,
+  type WatchRunOptions,
 } from "./client.js";
 export {
   AgentSidecarError,

@@ -90,6 +90,24 @@ class ToolAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_AVAILABILITY_SERVER_UNAVAILABLE: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_BREAKER_OPEN: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_NAME_TAKEN: _ClassVar[ToolAvailability]
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_SUBMITTED: _ClassVar[RunState]
+    RUN_STATE_WORKING: _ClassVar[RunState]
+    RUN_STATE_COMPLETED: _ClassVar[RunState]
+    RUN_STATE_FAILED: _ClassVar[RunState]
+    RUN_STATE_CANCELED: _ClassVar[RunState]
+    RUN_STATE_INPUT_REQUIRED: _ClassVar[RunState]
+    RUN_STATE_REJECTED: _ClassVar[RunState]
+
+class CallbackStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CALLBACK_STATUS_UNSPECIFIED: _ClassVar[CallbackStatus]
+    CALLBACK_STATUS_PENDING: _ClassVar[CallbackStatus]
+    CALLBACK_STATUS_DELIVERED: _ClassVar[CallbackStatus]
+    CALLBACK_STATUS_FAILED: _ClassVar[CallbackStatus]
 OUTPUT_MODE_UNSPECIFIED: OutputMode
 OUTPUT_MODE_STREAMED: OutputMode
 OUTPUT_MODE_STRUCTURED: OutputMode
@@ -142,6 +160,18 @@ TOOL_AVAILABILITY_AVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_SERVER_UNAVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_BREAKER_OPEN: ToolAvailability
 TOOL_AVAILABILITY_NAME_TAKEN: ToolAvailability
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_SUBMITTED: RunState
+RUN_STATE_WORKING: RunState
+RUN_STATE_COMPLETED: RunState
+RUN_STATE_FAILED: RunState
+RUN_STATE_CANCELED: RunState
+RUN_STATE_INPUT_REQUIRED: RunState
+RUN_STATE_REJECTED: RunState
+CALLBACK_STATUS_UNSPECIFIED: CallbackStatus
+CALLBACK_STATUS_PENDING: CallbackStatus
+CALLBACK_STATUS_DELIVERED: CallbackStatus
+CALLBACK_STATUS_FAILED: CallbackStatus
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("profile", "session_id", "labels")
@@ -256,7 +286,7 @@ class StreamRunRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded")
+    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded", "run_resumed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +297,7 @@ class StreamRunResponse(_message.Message):
     STEP_FINISHED_FIELD_NUMBER: _ClassVar[int]
     RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RUN_RESUMED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     sequence: int
     run_started: RunStarted
@@ -277,7 +308,16 @@ class StreamRunResponse(_message.Message):
     step_finished: StepFinished
     run_finished: RunResult
     budget_exceeded: BudgetExceeded
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ...) -> None: ...
+    run_resumed: RunResumed
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ...) -> None: ...
+
+class RunResumed(_message.Message):
+    __slots__ = ("step", "attempt")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    attempt: int
+    def __init__(self, step: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class RunStarted(_message.Message):
     __slots__ = ("session_id", "profile", "model", "variant")
@@ -560,3 +600,113 @@ class SessionTool(_message.Message):
     server: str
     availability: ToolAvailability
     def __init__(self, tool: _Optional[_Union[_tool_pb2.ToolDescriptor, _Mapping]] = ..., server: _Optional[str] = ..., availability: _Optional[_Union[ToolAvailability, str]] = ...) -> None: ...
+
+class RunCallback(_message.Message):
+    __slots__ = ("url",)
+    URL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    def __init__(self, url: _Optional[str] = ...) -> None: ...
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("session_id", "input", "output_mode", "callback")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    input: str
+    output_mode: OutputMode
+    callback: RunCallback
+    def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ..., callback: _Optional[_Union[RunCallback, _Mapping]] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "session_id", "state", "input", "create_time", "update_time", "end_time", "last_sequence", "result", "pending_approvals", "callback_status", "attempts", "output_mode")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    session_id: str
+    state: RunState
+    input: str
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    last_sequence: int
+    result: RunResult
+    pending_approvals: _containers.RepeatedCompositeFieldContainer[ApprovalRequired]
+    callback_status: CallbackStatus
+    attempts: int
+    output_mode: OutputMode
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., input: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ..., pending_approvals: _Optional[_Iterable[_Union[ApprovalRequired, _Mapping]]] = ..., callback_status: _Optional[_Union[CallbackStatus, str]] = ..., attempts: _Optional[int] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
+
+class WatchRunRequest(_message.Message):
+    __slots__ = ("run_id", "after_sequence")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_sequence: int
+    def __init__(self, run_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class WatchRunResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: StreamRunResponse
+    def __init__(self, event: _Optional[_Union[StreamRunResponse, _Mapping]] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...

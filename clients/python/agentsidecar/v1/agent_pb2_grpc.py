@@ -73,6 +73,18 @@ class AgentServiceStub:
     retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
+    - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
+    expired, or its session was deleted); ResourceInfo names it. A run
+    another principal started does not exist for the caller.
+    - RUN_QUEUE_FULL (RESOURCE_EXHAUSTED): as many background runs are queued
+    and running as the sidecar takes (background.max_runs); RetryInfo says
+    when to retry. A principal at its own bound (quota.background_runs) gets
+    QUOTA_EXCEEDED instead.
+    - CALLBACK_NOT_ALLOWED (PERMISSION_DENIED): the configuration does not let
+    a run's completion callback go to that URL, or the principal has no
+    callback secret to sign it with.
+    - BACKGROUND_RUNS_DISABLED (FAILED_PRECONDITION): the sidecar serves no
+    background runs (background.enabled is false).
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
@@ -119,6 +131,31 @@ class AgentServiceStub:
                 '/agentsidecar.v1.AgentService/ListSessionTools',
                 request_serializer=agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsRequest.SerializeToString,
                 response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsResponse.FromString,
+                _registered_method=True)
+        self.StartRun = channel.unary_unary(
+                '/agentsidecar.v1.AgentService/StartRun',
+                request_serializer=agentsidecar_dot_v1_dot_agent__pb2.StartRunRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.StartRunResponse.FromString,
+                _registered_method=True)
+        self.WatchRun = channel.unary_stream(
+                '/agentsidecar.v1.AgentService/WatchRun',
+                request_serializer=agentsidecar_dot_v1_dot_agent__pb2.WatchRunRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.WatchRunResponse.FromString,
+                _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/agentsidecar.v1.AgentService/GetRun',
+                request_serializer=agentsidecar_dot_v1_dot_agent__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.GetRunResponse.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/agentsidecar.v1.AgentService/ListRuns',
+                request_serializer=agentsidecar_dot_v1_dot_agent__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.CancelRun = channel.unary_unary(
+                '/agentsidecar.v1.AgentService/CancelRun',
+                request_serializer=agentsidecar_dot_v1_dot_agent__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=agentsidecar_dot_v1_dot_agent__pb2.CancelRunResponse.FromString,
                 _registered_method=True)
 
 
@@ -170,6 +207,18 @@ class AgentServiceServicer:
     retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
+    - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
+    expired, or its session was deleted); ResourceInfo names it. A run
+    another principal started does not exist for the caller.
+    - RUN_QUEUE_FULL (RESOURCE_EXHAUSTED): as many background runs are queued
+    and running as the sidecar takes (background.max_runs); RetryInfo says
+    when to retry. A principal at its own bound (quota.background_runs) gets
+    QUOTA_EXCEEDED instead.
+    - CALLBACK_NOT_ALLOWED (PERMISSION_DENIED): the configuration does not let
+    a run's completion callback go to that URL, or the principal has no
+    callback secret to sign it with.
+    - BACKGROUND_RUNS_DISABLED (FAILED_PRECONDITION): the sidecar serves no
+    background runs (background.enabled is false).
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
@@ -234,6 +283,64 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartRun(self, request, context):
+        """StartRun starts a background run: one user turn of a session that goes on
+        without its caller, and returns at once with the run (RUN_STATE_SUBMITTED,
+        or later). The run's events are stored as they happen (WatchRun), its
+        state and result stay readable (GetRun, ListRuns) until it expires
+        (background.retention after it finished), and its completion callback, if
+        it names one, is told its final state. A session runs one background run
+        at a time: StartRun on a session whose background run has not finished
+        fails with SESSION_BUSY. A run waits (submitted) while a foreground turn
+        holds its session, and while the sidecar is at its bounds of concurrent
+        runs. Not retry-safe: a retry after a lost response starts a second run;
+        ListRuns shows what was started.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchRun(self, request, context):
+        """WatchRun streams a background run's events from after_sequence on: the
+        stored ones first, then each as it is stored, until the last one
+        (run_finished), after which the stream ends. The events are those of
+        StreamRun, with the same sequence numbers; a caller that reconnects with
+        the last sequence it saw misses nothing and sees nothing twice, whichever
+        replica it reaches. A stream may end before run_finished (its deadline, a
+        replica stopping): watch again from the last sequence.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRun(self, request, context):
+        """GetRun returns a background run: its state, and its result once it
+        finished.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """ListRuns lists a session's background runs, newest first, a page at a
+        time. The runs are listed without their results (GetRun has them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelRun(self, request, context):
+        """CancelRun cancels a background run: a submitted run never starts; a
+        running one stops, with every tool call in flight, and finishes
+        RUN_STATE_CANCELED (its turn is stored as STOP_REASON_CANCELLED). It
+        returns the run as it is once the cancellation took effect, or after a
+        few seconds when the replica running it has not answered yet. A finished
+        run is returned as it is, so the call is safe to retry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -271,6 +378,31 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ListSessionTools,
                     request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsRequest.FromString,
                     response_serializer=agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsResponse.SerializeToString,
+            ),
+            'StartRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRun,
+                    request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.StartRunRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_agent__pb2.StartRunResponse.SerializeToString,
+            ),
+            'WatchRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRun,
+                    request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.WatchRunRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_agent__pb2.WatchRunResponse.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.GetRunRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_agent__pb2.GetRunResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.ListRunsRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_agent__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'CancelRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRun,
+                    request_deserializer=agentsidecar_dot_v1_dot_agent__pb2.CancelRunRequest.FromString,
+                    response_serializer=agentsidecar_dot_v1_dot_agent__pb2.CancelRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -328,6 +460,18 @@ class AgentService:
     retry can help).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
+    - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
+    expired, or its session was deleted); ResourceInfo names it. A run
+    another principal started does not exist for the caller.
+    - RUN_QUEUE_FULL (RESOURCE_EXHAUSTED): as many background runs are queued
+    and running as the sidecar takes (background.max_runs); RetryInfo says
+    when to retry. A principal at its own bound (quota.background_runs) gets
+    QUOTA_EXCEEDED instead.
+    - CALLBACK_NOT_ALLOWED (PERMISSION_DENIED): the configuration does not let
+    a run's completion callback go to that URL, or the principal has no
+    callback secret to sign it with.
+    - BACKGROUND_RUNS_DISABLED (FAILED_PRECONDITION): the sidecar serves no
+    background runs (background.enabled is false).
     - INTERNAL (INTERNAL): a bug; ErrorInfo.metadata["error_id"] names the
     sidecar's log line.
 
@@ -513,6 +657,141 @@ class AgentService:
             '/agentsidecar.v1.AgentService/ListSessionTools',
             agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsRequest.SerializeToString,
             agentsidecar_dot_v1_dot_agent__pb2.ListSessionToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentsidecar.v1.AgentService/StartRun',
+            agentsidecar_dot_v1_dot_agent__pb2.StartRunRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_agent__pb2.StartRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentsidecar.v1.AgentService/WatchRun',
+            agentsidecar_dot_v1_dot_agent__pb2.WatchRunRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_agent__pb2.WatchRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentsidecar.v1.AgentService/GetRun',
+            agentsidecar_dot_v1_dot_agent__pb2.GetRunRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_agent__pb2.GetRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentsidecar.v1.AgentService/ListRuns',
+            agentsidecar_dot_v1_dot_agent__pb2.ListRunsRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_agent__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentsidecar.v1.AgentService/CancelRun',
+            agentsidecar_dot_v1_dot_agent__pb2.CancelRunRequest.SerializeToString,
+            agentsidecar_dot_v1_dot_agent__pb2.CancelRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

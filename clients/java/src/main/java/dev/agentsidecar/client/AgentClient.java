@@ -3,15 +3,22 @@ package dev.agentsidecar.client;
 import dev.agentsidecar.v1.AgentServiceGrpc;
 import dev.agentsidecar.v1.ApproveToolCallRequest;
 import dev.agentsidecar.v1.ApproveToolCallResponse;
+import dev.agentsidecar.v1.CancelRunRequest;
 import dev.agentsidecar.v1.CreateSessionRequest;
 import dev.agentsidecar.v1.DeleteSessionRequest;
+import dev.agentsidecar.v1.GetRunRequest;
 import dev.agentsidecar.v1.GetSessionRequest;
+import dev.agentsidecar.v1.ListRunsRequest;
+import dev.agentsidecar.v1.ListRunsResponse;
 import dev.agentsidecar.v1.ListSessionToolsRequest;
+import dev.agentsidecar.v1.Run;
+import dev.agentsidecar.v1.RunCallback;
 import dev.agentsidecar.v1.RunRequest;
 import dev.agentsidecar.v1.RunResponse;
 import dev.agentsidecar.v1.RunResult;
 import dev.agentsidecar.v1.Session;
 import dev.agentsidecar.v1.SessionTool;
+import dev.agentsidecar.v1.StartRunRequest;
 import dev.agentsidecar.v1.StreamRunRequest;
 import dev.agentsidecar.v1.StreamRunResponse;
 import io.grpc.Channel;
@@ -62,6 +69,10 @@ import java.util.function.Supplier;
  * <p><b>Cancellation.</b> {@link RunStream#cancel()}, closing a {@link RunStream}, or cancelling
  * a future returned here cancels the call; the sidecar stops the run and its tool calls and
  * records the turn as cancelled.
+ *
+ * <p><b>Background runs.</b> {@link #startRun} returns a run at once and the run goes on without
+ * the caller; {@link #watchRun} reads its events from any point (reconnecting on its own),
+ * {@link #getRun} and {@link #listRuns} read it, {@link #cancelRun} cancels it.
  *
  * <p>Instances are immutable and thread-safe; {@code with...} methods return views that share the
  * channel. Close the client that {@link #connect} or {@link #create} returned.
@@ -291,6 +302,79 @@ public final class AgentClient implements AutoCloseable {
     CallFuture<ApproveToolCallRequest, ApproveToolCallResponse> future = new CallFuture<>();
     async().approveToolCall(approvalRequest(sessionId, callId, approval), future);
     return future.thenApply(reply -> null);
+  }
+
+  // -- background runs ------------------------------------------------------------------------
+
+  /**
+   * Starts a background run of one user turn and returns it at once (submitted, or later); the
+   * run goes on without the caller. Not retry-safe: a retry after a lost answer starts a second
+   * run.
+   *
+   * @throws AgentSidecarException {@link AgentSidecarException#SESSION_BUSY} when the session's
+   *     background run has not finished; {@link AgentSidecarException#RUN_QUEUE_FULL} or {@link
+   *     AgentSidecarException#QUOTA_EXCEEDED} (with a retry delay) when too many wait or run
+   */
+  public Run startRun(String sessionId, String input) {
+    return startRun(StartRunRequest.newBuilder().setSessionId(sessionId).setInput(input).build());
+  }
+
+  /** {@link #startRun(String, String)}, with a completion callback told the run's final state. */
+  public Run startRun(String sessionId, String input, String callbackUrl) {
+    return startRun(
+        StartRunRequest.newBuilder()
+            .setSessionId(sessionId)
+            .setInput(input)
+            .setCallback(RunCallback.newBuilder().setUrl(callbackUrl))
+            .build());
+  }
+
+  /** Starts a background run as {@code request} says. */
+  public Run startRun(StartRunRequest request) {
+    return call(() -> blocking().startRun(request).getRun());
+  }
+
+  /**
+   * The events of a background run after {@code afterSequence} (0: all of them), until its last;
+   * see {@link RunWatch}.
+   */
+  public RunWatch watchRun(String runId, long afterSequence) {
+    return new RunWatch(runId, afterSequence, request -> blocking().watchRun(request));
+  }
+
+  /**
+   * A background run, with its result once it finished.
+   *
+   * @throws AgentSidecarException with reason {@link AgentSidecarException#RUN_NOT_FOUND} when
+   *     there is no such run of the caller's
+   */
+  public Run getRun(String runId) {
+    return call(() -> blocking().getRun(GetRunRequest.newBuilder().setRunId(runId).build()).getRun());
+  }
+
+  /**
+   * A page of a session's background runs, newest first, without their results; {@code
+   * pageSize} 0 means 50, and {@code pageToken} "" the first page.
+   */
+  public ListRunsResponse listRuns(String sessionId, int pageSize, String pageToken) {
+    return call(
+        () ->
+            blocking()
+                .listRuns(
+                    ListRunsRequest.newBuilder()
+                        .setSessionId(sessionId)
+                        .setPageSize(pageSize)
+                        .setPageToken(pageToken)
+                        .build()));
+  }
+
+  /**
+   * Cancels a background run and its tool calls in flight; returns it once cancelled, or as it
+   * finished when it had (so it is safe to retry).
+   */
+  public Run cancelRun(String runId) {
+    return call(
+        () -> blocking().cancelRun(CancelRunRequest.newBuilder().setRunId(runId).build()).getRun());
   }
 
   // -- lifecycle ------------------------------------------------------------------------------

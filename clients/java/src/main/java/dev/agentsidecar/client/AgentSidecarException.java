@@ -70,6 +70,14 @@ public final class AgentSidecarException extends RuntimeException {
   public static final String PERMISSION_DENIED = "PERMISSION_DENIED";
   /** INTERNAL: a bug or an unexpected failure; {@code metadata().get("error_id")} names the log line. */
   public static final String INTERNAL = "INTERNAL";
+  /** NOT_FOUND: no such background run (never started, expired, or another caller's). */
+  public static final String RUN_NOT_FOUND = "RUN_NOT_FOUND";
+  /** RESOURCE_EXHAUSTED: as many background runs wait or run as allowed; a retry delay is given. */
+  public static final String RUN_QUEUE_FULL = "RUN_QUEUE_FULL";
+  /** PERMISSION_DENIED: the configuration does not let a run's callback go to that URL. */
+  public static final String CALLBACK_NOT_ALLOWED = "CALLBACK_NOT_ALLOWED";
+  /** FAILED_PRECONDITION: the sidecar serves no background runs. */
+  public static final String BACKGROUND_RUNS_DISABLED = "BACKGROUND_RUNS_DISABLED";
 
   private static final Metadata.Key<byte[]> DETAILS_KEY =
       Metadata.Key.of("grpc-status-details-bin", Metadata.BINARY_BYTE_MARSHALLER);

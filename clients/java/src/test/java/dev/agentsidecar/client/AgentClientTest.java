@@ -9,6 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.Struct;
 import com.google.protobuf.util.JsonFormat;
 import dev.agentsidecar.v1.ApprovalRequired;
+import dev.agentsidecar.v1.ListRunsResponse;
+import dev.agentsidecar.v1.Run;
+import dev.agentsidecar.v1.RunState;
 import dev.agentsidecar.v1.RunResponse;
 import dev.agentsidecar.v1.RunResult;
 import dev.agentsidecar.v1.Session;
@@ -310,5 +313,62 @@ class AgentClientTest {
       }
     }
     throw new AssertionError("no " + kind + " in " + events);
+  }
+
+  @Test
+  void aBackgroundRunIsWatchedAgainFromWhereItsWatcherLeftOff() {
+    String sessionId = client.createSession("default").getSessionId();
+    Run run = client.startRun(sessionId, ORDER_QUESTION);
+    assertEquals(RunState.RUN_STATE_SUBMITTED, run.getState());
+    List<StreamRunResponse> seen = new ArrayList<>();
+    try (RunWatch events = client.watchRun(run.getRunId(), 0)) {
+      for (StreamRunResponse event : events) {
+        seen.add(event);
+        if (seen.size() == 2) {
+          break; // the watcher leaves; the run goes on
+        }
+      }
+    }
+    try (RunWatch events = client.watchRun(run.getRunId(), seen.get(seen.size() - 1).getSequence())) {
+      events.forEach(seen::add);
+    }
+    for (int i = 0; i < seen.size(); i++) {
+      assertEquals(i + 1, seen.get(i).getSequence(), "an event missed or seen twice");
+    }
+    StreamRunResponse last = seen.get(seen.size() - 1);
+    assertTrue(seen.get(0).hasRunStarted() && last.hasRunFinished());
+    Run done = client.getRun(run.getRunId());
+    assertEquals(RunState.RUN_STATE_COMPLETED, done.getState());
+    assertEquals(last.getRunFinished().getAnswer(), done.getResult().getAnswer());
+    ListRunsResponse listed = client.listRuns(sessionId, 0, "");
+    assertEquals(List.of(run.getRunId()), listed.getRunsList().stream().map(Run::getRunId).toList());
+    assertEquals("", listed.getNextPageToken());
+  }
+
+  @Test
+  void cancellingABackgroundRunStopsItAndIsSafeToRetry() {
+    String sessionId = client.createSession("default").getSessionId();
+    Run run = client.startRun(sessionId, "slow answer");
+    Run cancelled = client.cancelRun(run.getRunId());
+    assertEquals(RunState.RUN_STATE_CANCELED, cancelled.getState());
+    assertEquals("cancelled", cancelled.getResult().getError().getCode());
+    assertEquals(RunState.RUN_STATE_CANCELED, client.cancelRun(run.getRunId()).getState());
+  }
+
+  @Test
+  void anUnknownRunIsRunNotFoundForEveryCall() {
+    for (Runnable call :
+        List.<Runnable>of(
+            () -> client.getRun("no-such-run"),
+            () -> client.cancelRun("no-such-run"),
+            () -> {
+              try (RunWatch events = client.watchRun("no-such-run", 0)) {
+                events.iterator().hasNext();
+              }
+            })) {
+      AgentSidecarException e = assertThrows(AgentSidecarException.class, call::run);
+      assertEquals(Status.Code.NOT_FOUND, e.code());
+      assertTrue(e.hasReason(AgentSidecarException.RUN_NOT_FOUND));
+    }
   }
 }

@@ -1,5 +1,6 @@
-"""A private PostgreSQL server for the tests: its own data directory under /tmp, a
-non-default port on 127.0.0.1, started once per test session and stopped after it.
+"""A private PostgreSQL server for tests and benchmarks: its own data directory under /tmp,
+a non-default port on 127.0.0.1, started and stopped by its user (the test session, a
+benchmark), and a fresh namespace (a schema) per test.
 
 It runs Debian's server binaries (``make postgres`` installs them; ``.ci/run`` does through
 ``make test``). As root, the server runs as the ``postgres`` user, since PostgreSQL refuses
@@ -17,13 +18,21 @@ import tempfile
 import uuid
 from pathlib import Path
 
-MISSING = (
+__all__ = [
+    "POSTGRES_MISSING",
+    "PostgresServer",
+    "create_database",
+    "drop_database",
+    "postgres_binaries",
+]
+
+POSTGRES_MISSING = (
     "the PostgreSQL server binaries (initdb, pg_ctl) were not found; run `make postgres` "
     "(installs Debian's postgresql package) or put them on PATH"
 )
 
 
-def server_binaries() -> Path | None:
+def postgres_binaries() -> Path | None:
     """The directory holding ``initdb`` and ``pg_ctl``, newest version first."""
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
