@@ -25,8 +25,8 @@ from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tools.availability import ToolAccess
 from sidecar.tools.catalog import ToolCatalog
-from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.dispatch import Dispatcher, EarlyCalls
+from sidecar.tools.link import ToolLink
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     MODEL_PACING,
@@ -86,7 +86,7 @@ class AgentLoop:
     def __init__(
         self,
         catalog: ToolCatalog,
-        connections: Mapping[str, ToolServerConnection],
+        connections: Mapping[str, ToolLink],
         *,
         results: ResultCache | None = None,
         redact: Callable[[str], str] | None = None,

@@ -52,9 +52,10 @@ from sidecar.security.quotas import RunQuotas
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool
-from sidecar.tools.dispatch import Approver, ToolCallListener
+from sidecar.tools.dispatch import Approver, Asker, ToolCallListener
 from sidecar.types import (
     Clock,
+    Decision,
     EventSink,
     ModelCallDetail,
     RunOutcome,
@@ -62,6 +63,7 @@ from sidecar.types import (
     StopReason,
     ToolCall,
     ToolOutcome,
+    ToolQuestion,
     Turn,
 )
 
@@ -370,6 +372,7 @@ class Turns:
             structured=structured,
             sink=sink,
             approver=self._approver(turn.session, profile, deadline) if sink else None,
+            asker=self._asker(turn.session, profile, deadline) if sink else None,
             metadata=passed,
             identity=turn.snapshot.tool_identity.for_run(
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
@@ -509,6 +512,15 @@ class Turns:
             return decision.approved, decision.reason
 
         return approve
+
+    def _asker(self, session: Session, profile: Profile, deadline: float) -> Asker:
+        approvals = self._approvals
+
+        async def ask(step: int, call: ToolCall, question: ToolQuestion) -> Decision:
+            timeout = min(profile.config.approval_timeout, deadline - time.monotonic())
+            return await approvals.wait(session.session_id, call.id, timeout, question)
+
+        return ask
 
 
 def _internal_failure(run_id: str, clock: Clock) -> RunResultWithMessages:

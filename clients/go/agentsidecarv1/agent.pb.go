@@ -1287,6 +1287,7 @@ type StreamRunResponse struct {
 	//	*StreamRunResponse_StepFinished
 	//	*StreamRunResponse_RunFinished
 	//	*StreamRunResponse_BudgetExceeded
+	//	*StreamRunResponse_ToolCallProgress
 	Event         isStreamRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1415,6 +1416,15 @@ func (x *StreamRunResponse) GetBudgetExceeded() *BudgetExceeded {
 	return nil
 }
 
+func (x *StreamRunResponse) GetToolCallProgress() *ToolCallProgress {
+	if x != nil {
+		if x, ok := x.Event.(*StreamRunResponse_ToolCallProgress); ok {
+			return x.ToolCallProgress
+		}
+	}
+	return nil
+}
+
 type isStreamRunResponse_Event interface {
 	isStreamRunResponse_Event()
 }
@@ -1461,6 +1471,13 @@ type StreamRunResponse_BudgetExceeded struct {
 	BudgetExceeded *BudgetExceeded `protobuf:"bytes,10,opt,name=budget_exceeded,json=budgetExceeded,proto3,oneof"`
 }
 
+type StreamRunResponse_ToolCallProgress struct {
+	// A running tool call reported progress (an MCP server's progress
+	// notification). Zero or more between tool_call_started and
+	// tool_call_finished of the same call.
+	ToolCallProgress *ToolCallProgress `protobuf:"bytes,11,opt,name=tool_call_progress,json=toolCallProgress,proto3,oneof"`
+}
+
 func (*StreamRunResponse_RunStarted) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_TextDelta) isStreamRunResponse_Event() {}
@@ -1476,6 +1493,8 @@ func (*StreamRunResponse_StepFinished) isStreamRunResponse_Event() {}
 func (*StreamRunResponse_RunFinished) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_BudgetExceeded) isStreamRunResponse_Event() {}
+
+func (*StreamRunResponse_ToolCallProgress) isStreamRunResponse_Event() {}
 
 // RunStarted opens a run's event stream.
 type RunStarted struct {
@@ -1797,7 +1816,12 @@ type ApprovalRequired struct {
 	// The arguments the model produced (JSON text).
 	Arguments string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// True when the tool's effect cannot be undone.
-	Destructive   bool `protobuf:"varint,5,opt,name=destructive,proto3" json:"destructive,omitempty"`
+	Destructive bool `protobuf:"varint,5,opt,name=destructive,proto3" json:"destructive,omitempty"`
+	// Set when the running tool asks the caller something (an MCP server's
+	// elicitation) rather than the call needing approval to start. Approve
+	// with an answer matching question.requested_schema to answer it; deny to
+	// decline. The same call_id may then ask again.
+	Question      *ToolQuestion `protobuf:"bytes,6,opt,name=question,proto3" json:"question,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1867,6 +1891,161 @@ func (x *ApprovalRequired) GetDestructive() bool {
 	return false
 }
 
+func (x *ApprovalRequired) GetQuestion() *ToolQuestion {
+	if x != nil {
+		return x.Question
+	}
+	return nil
+}
+
+// ToolQuestion is what a running tool asks its caller.
+type ToolQuestion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question, for a person to read.
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// The JSON Schema (JSON text) of the answer: an object whose properties
+	// are strings, numbers, integers, booleans or enums of strings. "{}" when
+	// the question only wants a yes or a no.
+	RequestedSchema string `protobuf:"bytes,2,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ToolQuestion) Reset() {
+	*x = ToolQuestion{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolQuestion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolQuestion) ProtoMessage() {}
+
+func (x *ToolQuestion) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolQuestion.ProtoReflect.Descriptor instead.
+func (*ToolQuestion) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ToolQuestion) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ToolQuestion) GetRequestedSchema() string {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return ""
+}
+
+// ToolCallProgress is one progress report of a running tool call.
+type ToolCallProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step the call belongs to, from 1.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The model's id for the call.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's name.
+	ToolName string `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// How far the call has come; increases with every report.
+	Progress float64 `protobuf:"fixed64,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	// What progress counts up to; 0 when the tool does not know.
+	Total float64 `protobuf:"fixed64,5,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, for a person to read. May be empty.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallProgress) Reset() {
+	*x = ToolCallProgress{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallProgress) ProtoMessage() {}
+
+func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
+func (*ToolCallProgress) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ToolCallProgress) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // StepFinished closes one step of the loop.
 type StepFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1880,7 +2059,7 @@ type StepFinished struct {
 
 func (x *StepFinished) Reset() {
 	*x = StepFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2071,7 @@ func (x *StepFinished) String() string {
 func (*StepFinished) ProtoMessage() {}
 
 func (x *StepFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2084,7 @@ func (x *StepFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepFinished.ProtoReflect.Descriptor instead.
 func (*StepFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StepFinished) GetStep() uint32 {
@@ -1938,7 +2117,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2129,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2142,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunRequest) GetSessionId() string {
@@ -2000,7 +2179,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2191,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2204,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunResponse) GetRunId() string {
@@ -2074,7 +2253,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2265,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2278,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunResult) GetAnswer() string {
@@ -2188,7 +2367,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2379,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2392,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunError) GetCode() string {
@@ -2252,7 +2431,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2443,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2456,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenUsage) GetPromptTokens() uint64 {
@@ -2330,7 +2509,7 @@ type Cost struct {
 
 func (x *Cost) Reset() {
 	*x = Cost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2521,7 @@ func (x *Cost) String() string {
 func (*Cost) ProtoMessage() {}
 
 func (x *Cost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2534,7 @@ func (x *Cost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cost.ProtoReflect.Descriptor instead.
 func (*Cost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Cost) GetPromptUsd() float64 {
@@ -2420,7 +2599,7 @@ type ModelCost struct {
 
 func (x *ModelCost) Reset() {
 	*x = ModelCost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2611,7 @@ func (x *ModelCost) String() string {
 func (*ModelCost) ProtoMessage() {}
 
 func (x *ModelCost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2624,7 @@ func (x *ModelCost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
 func (*ModelCost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelCost) GetModel() string {
@@ -2481,7 +2660,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2672,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2685,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -2559,7 +2738,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2750,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2763,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -2627,7 +2806,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2818,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2831,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -2762,7 +2941,7 @@ type ModelCallTiming struct {
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2953,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2966,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -2882,7 +3061,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3073,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3086,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -2990,14 +3169,19 @@ type ApproveToolCallRequest struct {
 	// The decision.
 	Decision ApprovalDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=agentsidecar.v1.ApprovalDecision" json:"decision,omitempty"`
 	// Why, shown to the model when the call is denied. May be empty.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The answer to an approval_required event's question: a JSON object
+	// matching its requested_schema, as text. Empty means {}. An answer that
+	// does not match fails with INVALID_ARGUMENT and the question stays open.
+	// Ignored for approvals without a question.
+	Answer        string `protobuf:"bytes,5,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3193,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3206,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -3053,6 +3237,13 @@ func (x *ApproveToolCallRequest) GetReason() string {
 	return ""
 }
 
+func (x *ApproveToolCallRequest) GetAnswer() string {
+	if x != nil {
+		return x.Answer
+	}
+	return ""
+}
+
 // ApproveToolCallResponse confirms that a decision was delivered.
 type ApproveToolCallResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3062,7 +3253,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3265,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3278,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -3101,7 +3292,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3304,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3317,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3148,7 +3339,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3351,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3364,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3204,7 +3395,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3407,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3420,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3315,7 +3506,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
 	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
-	"outputMode\"\x94\x05\n" +
+	"outputMode\"\xe7\x05\n" +
 	"\x11StreamRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\rR\bsequence\x12>\n" +
@@ -3329,7 +3520,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\rstep_finished\x18\b \x01(\v2\x1d.agentsidecar.v1.StepFinishedH\x00R\fstepFinished\x12?\n" +
 	"\frun_finished\x18\t \x01(\v2\x1a.agentsidecar.v1.RunResultH\x00R\vrunFinished\x12J\n" +
 	"\x0fbudget_exceeded\x18\n" +
-	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceededB\a\n" +
+	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceeded\x12Q\n" +
+	"\x12tool_call_progress\x18\v \x01(\v2!.agentsidecar.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
 	"\x05event\"u\n" +
 	"\n" +
 	"RunStarted\x12\x1d\n" +
@@ -3353,13 +3545,24 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12\x18\n" +
 	"\acontent\x18\x05 \x01(\tR\acontent\x125\n" +
 	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
-	"\battempts\x18\a \x01(\rR\battempts\"\x9c\x01\n" +
+	"\battempts\x18\a \x01(\rR\battempts\"\xd7\x01\n" +
 	"\x10ApprovalRequired\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x1b\n" +
 	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1c\n" +
 	"\targuments\x18\x04 \x01(\tR\targuments\x12 \n" +
-	"\vdestructive\x18\x05 \x01(\bR\vdestructive\"Y\n" +
+	"\vdestructive\x18\x05 \x01(\bR\vdestructive\x129\n" +
+	"\bquestion\x18\x06 \x01(\v2\x1d.agentsidecar.v1.ToolQuestionR\bquestion\"S\n" +
+	"\fToolQuestion\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12)\n" +
+	"\x10requested_schema\x18\x02 \x01(\tR\x0frequestedSchema\"\xa8\x01\n" +
+	"\x10ToolCallProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x1b\n" +
+	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1a\n" +
+	"\bprogress\x18\x04 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"Y\n" +
 	"\fStepFinished\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x125\n" +
 	"\btimeline\x18\x02 \x01(\v2\x19.agentsidecar.v1.TimelineR\btimeline\"\x7f\n" +
@@ -3449,13 +3652,14 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\fcache_result\x18\t \x01(\x0e2 .agentsidecar.v1.ToolCacheResultR\vcacheResult\x12:\n" +
 	"\vcache_saved\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"cacheSaved\"\xa7\x01\n" +
+	"cacheSaved\"\xbf\x01\n" +
 	"\x16ApproveToolCallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12=\n" +
 	"\bdecision\x18\x03 \x01(\x0e2!.agentsidecar.v1.ApprovalDecisionR\bdecision\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x19\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06answer\x18\x05 \x01(\tR\x06answer\"\x19\n" +
 	"\x17ApproveToolCallResponse\"8\n" +
 	"\x17ListSessionToolsRequest\x12\x1d\n" +
 	"\n" +
@@ -3555,7 +3759,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
@@ -3581,110 +3785,114 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(*ToolCallStarted)(nil),          // 21: agentsidecar.v1.ToolCallStarted
 	(*ToolCallFinished)(nil),         // 22: agentsidecar.v1.ToolCallFinished
 	(*ApprovalRequired)(nil),         // 23: agentsidecar.v1.ApprovalRequired
-	(*StepFinished)(nil),             // 24: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 25: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 26: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 27: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 28: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 29: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 30: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 31: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 32: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 33: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 34: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 35: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 36: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 37: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 38: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 39: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 40: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 41: agentsidecar.v1.SessionTool
-	nil,                              // 42: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 43: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 46: agentsidecar.v1.ToolDescriptor
+	(*ToolQuestion)(nil),             // 24: agentsidecar.v1.ToolQuestion
+	(*ToolCallProgress)(nil),         // 25: agentsidecar.v1.ToolCallProgress
+	(*StepFinished)(nil),             // 26: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 27: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 28: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 29: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 30: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 31: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 32: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 33: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 34: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 35: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 36: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 37: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 38: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 39: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 40: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 41: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 42: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 43: agentsidecar.v1.SessionTool
+	nil,                              // 44: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 45: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 47: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 48: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	42, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	44, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
 	15, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
 	15, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	43, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	44, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	44, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	45, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	46, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	46, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	16, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	44, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	44, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	29, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	46, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	46, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	31, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	19, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
 	20, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
 	21, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
 	22, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
 	23, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	24, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	27, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	32, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
-	1,  // 20: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	33, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 23: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	27, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	2,  // 25: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	28, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	29, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	30, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	33, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	32, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	31, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	3,  // 32: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	45, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	45, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 35: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	34, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	45, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 38: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	45, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	45, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	35, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	36, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	45, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	45, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	45, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	45, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	29, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	45, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 49: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	45, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	45, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	45, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	45, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 56: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	41, // 57: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	46, // 58: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 59: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	9,  // 60: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	11, // 61: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	13, // 62: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	17, // 63: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	25, // 64: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	37, // 65: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	39, // 66: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	10, // 67: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	12, // 68: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	14, // 69: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	18, // 70: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	26, // 71: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	38, // 72: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	40, // 73: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	67, // [67:74] is the sub-list for method output_type
-	60, // [60:67] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	26, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	29, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	34, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	25, // 20: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
+	1,  // 21: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	47, // 22: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	24, // 23: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
+	35, // 24: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 25: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	29, // 26: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	2,  // 27: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	30, // 28: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	31, // 29: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	32, // 30: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	35, // 31: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	34, // 32: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	33, // 33: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	3,  // 34: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	47, // 35: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	47, // 36: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	4,  // 37: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	36, // 38: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	47, // 39: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	5,  // 40: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	47, // 41: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	47, // 42: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	37, // 43: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	38, // 44: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	47, // 45: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	47, // 46: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	47, // 47: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	47, // 48: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	31, // 49: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	47, // 50: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	1,  // 51: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	47, // 52: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	47, // 53: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	47, // 54: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	47, // 55: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	6,  // 56: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	47, // 57: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 58: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	43, // 59: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	48, // 60: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	8,  // 61: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	9,  // 62: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	11, // 63: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	13, // 64: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	17, // 65: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	27, // 66: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	39, // 67: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	41, // 68: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	10, // 69: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	12, // 70: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	14, // 71: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	18, // 72: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	28, // 73: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	40, // 74: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	42, // 75: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	69, // [69:76] is the sub-list for method output_type
+	62, // [62:69] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -3702,8 +3910,9 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_StepFinished)(nil),
 		(*StreamRunResponse_RunFinished)(nil),
 		(*StreamRunResponse_BudgetExceeded)(nil),
+		(*StreamRunResponse_ToolCallProgress)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -3713,7 +3922,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
