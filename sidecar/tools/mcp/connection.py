@@ -67,6 +67,7 @@ from sidecar.tools.link import CallHooks
 from sidecar.tools.mcp.descriptors import ToolList, tool_list
 from sidecar.tools.mcp.render import render
 from sidecar.tools.mcp.transport import (
+    RESULT_TOO_LARGE,
     ServerExited,
     StdioTransport,
     child_environment,
@@ -246,6 +247,13 @@ class McpServerConnection:
                 grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed"
             ) from None
         except MCPError as exc:
+            if exc.code == RESULT_TOO_LARGE:
+                raise StreamedCallError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message, too_large=True
+                ) from None
+            if exc.code == types.CONNECTION_CLOSED:
+                # Hidden from now on: the supervisor sees the end too, and reconnects.
+                self.serving = False
             code, message = _status(exc)
             raise StreamedCallError(code, message) from None
         except RuntimeError as exc:
@@ -384,13 +392,9 @@ class McpServerConnection:
                 await self._watch(client, stdio)
         except asyncio.CancelledError:
             raise
-        except TimeoutError:
-            self._failed("it did not answer within discovery_timeout")
-        except (ServerExited, MCPError, OSError) as exc:
-            self._failed(str(exc)[:_MAX_ERROR_TEXT] or type(exc).__name__)
         except Exception as exc:
             # However a hostile or broken server fails the SDK, the sidecar goes on.
-            self._failed(f"{type(exc).__name__}: {str(exc)[:_MAX_ERROR_TEXT]}")
+            self._failed(_why(exc))
         return served
 
     def _failed(self, why: str) -> None:
@@ -419,47 +423,33 @@ class McpServerConnection:
 
     async def _watch(self, client: Client, stdio: StdioTransport | None) -> None:
         """Re-list on notice, on expiry and on schedule, until the connection ends."""
-        config = self.config
+        capabilities = client.server_capabilities
         async with asyncio.TaskGroup() as group:
             if stdio is not None:
-                exited = group.create_task(stdio.exited.wait())
-            else:
-                exited = None
-            listen = None
-            capabilities = client.server_capabilities
+                group.create_task(_exit_of(stdio))
             if (
                 client.protocol_version == "2026-07-28"
                 and capabilities.tools is not None
                 and capabilities.tools.list_changed
             ):
-                listen = group.create_task(self._listen(client))
-            try:
-                while True:
-                    interval = config.health_interval
-                    if self._ttl is not None:
-                        interval = min(interval, self._ttl)
-                    interval = max(interval, config.min_relist_interval)
-                    waiting = asyncio.ensure_future(self._relist.wait())
-                    waits: set[asyncio.Future[Any]] = {waiting}
-                    if exited is not None:
-                        waits.add(exited)
-                    done, _ = await asyncio.wait(waits, timeout=interval)
-                    waiting.cancel()
-                    if exited is not None and exited in done:
-                        assert stdio is not None
-                        why = stdio.why or "its process exited"
-                        code = stdio.process.returncode if stdio.process else None
-                        raise ServerExited(why + (f" (status {code})" if code is not None else ""))
-                    self._relist.clear()
-                    started = time.monotonic()
-                    await self._list(client)
-                    rest = config.min_relist_interval - (time.monotonic() - started)
-                    if rest > 0:
-                        await asyncio.sleep(rest)
-            finally:
-                for task in (exited, listen):
-                    if task is not None:
-                        task.cancel()
+                group.create_task(self._listen(client))
+            await self._relisting(client)
+
+    async def _relisting(self, client: Client) -> None:
+        config = self.config
+        while True:
+            interval = config.health_interval
+            if self._ttl is not None:
+                interval = min(interval, self._ttl)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(interval, config.min_relist_interval)):
+                    await self._relist.wait()
+            self._relist.clear()
+            started = time.monotonic()
+            await self._list(client)
+            rest = config.min_relist_interval - (time.monotonic() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)
 
     async def _listen(self, client: Client) -> None:
         """2026-07-28: list changes arrive on a ``subscriptions/listen`` stream."""
@@ -472,6 +462,26 @@ class McpServerConnection:
         except Exception as exc:
             # Without the stream the schedule and the TTL still re-list.
             log.info("MCP server %s: no list-change subscription (%s)", self.name, exc)
+
+
+async def _exit_of(stdio: StdioTransport) -> None:
+    """Raises ServerExited once the started process has ended."""
+    await stdio.exited.wait()
+    code = stdio.process.returncode if stdio.process is not None else None
+    why = stdio.why or "its process exited"
+    raise ServerExited(why + (f" (status {code})" if code is not None else ""))
+
+
+def _why(exc: BaseException) -> str:
+    """Why a connection ended, in a line an operator reads."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "it did not answer within discovery_timeout"
+    if isinstance(exc, ServerExited | MCPError | OSError):
+        return str(exc)[:_MAX_ERROR_TEXT] or type(exc).__name__
+    log.debug("MCP server connection failed", exc_info=exc)
+    return f"{type(exc).__name__}: {str(exc)[:_MAX_ERROR_TEXT]}"
 
 
 def _trace(metadata: Sequence[tuple[str, str | bytes]]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import ssl
 import time
@@ -29,7 +30,13 @@ from mcp.shared.message import SessionMessage
 from sidecar.config import McpServerConfig
 from sidecar.errors import StartupError
 
-__all__ = ["ServerExited", "StdioTransport", "child_environment", "http_client"]
+__all__ = [
+    "RESULT_TOO_LARGE",
+    "ServerExited",
+    "StdioTransport",
+    "child_environment",
+    "http_client",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,36 @@ _STDERR_RATE = 20  # stderr lines logged per second at most; the rest are counte
 _BAD_LINES_LOGGED = 3  # lines that are no JSON-RPC, logged per connection
 _STOP_GRACE = 2.0  # seconds a server gets after its stdin closes, then after SIGTERM
 _READ_CHUNK = 65_536
+
+
+_ENDS = 512  # bytes kept of each end of an overlong line, to find the request it answers
+_ID = rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")'
+_HEAD_ID = re.compile(rb'^\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID + rb"\s*,")
+_TAIL_ID = re.compile(rb",\s*" + _ID + rb"\s*\}\s*$")
+RESULT_TOO_LARGE = -31001
+"""The error the bridge answers in a server's stead when its answer is too large: outside
+JSON-RPC's and MCP's ranges, so no server's own error is mistaken for it."""
+
+
+def _answered_id(head: bytes, tail: bytes) -> int | str | None:
+    """The id of the request an (overlong) response answers, from the top-level ``id``
+    at its start (``{"jsonrpc":"2.0","id":…``) or its end (``…,"id":…}``)."""
+    match = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
+    if match is None:
+        return None
+    value = match.group(1).decode()
+    return value[1:-1] if value.startswith('"') else int(value)
+
+
+def _too_large(request_id: int | str, limit: int) -> types.JSONRPCMessage:
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(
+            code=RESULT_TOO_LARGE,
+            message=f"the answer is larger than {limit} bytes (max_result_bytes)",
+        ),
+    )
 
 
 class ServerExited(Exception):
@@ -147,8 +184,9 @@ class StdioTransport:
             self.exited.set()
 
     async def _read(self, process: asyncio.subprocess.Process, out: Any) -> None:
-        """Hand each complete line to the session; a line over the limit ends the
-        connection (the server must not make the sidecar hold unbounded input)."""
+        """Hand each complete line to the session. A line over the limit is skipped, never
+        held: the request it answers fails as too large when its id can be read at either
+        end of the line, else the connection ends (and the server is restarted)."""
         assert process.stdout is not None
         name, limit = self._config.name, self._limit
         buffer = bytearray()
@@ -178,9 +216,26 @@ class StdioTransport:
                         continue
                     await out.send(SessionMessage(message))
                 if len(buffer) > limit:
-                    self.why = f"it wrote a message longer than {limit} bytes (max_result_bytes)"
-                    log.warning("MCP server %s: %s; stopping it", name, self.why)
-                    break
+                    head = bytes(buffer[:_ENDS])
+                    rest = await self._skip_line(process.stdout, buffer)
+                    if rest is None:
+                        break
+                    request_id = _answered_id(head, rest[0])
+                    buffer = rest[1]
+                    if request_id is None:
+                        self.why = (
+                            f"it wrote a message longer than {limit} bytes that answers no "
+                            "request it can be matched to"
+                        )
+                        log.warning("MCP server %s: %s; stopping it", name, self.why)
+                        break
+                    log.warning(
+                        "MCP server %s answered a request with more than %d bytes; the call "
+                        "fails as too large",
+                        name,
+                        limit,
+                    )
+                    await out.send(SessionMessage(_too_large(request_id, limit)))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
@@ -190,6 +245,22 @@ class StdioTransport:
                     os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             self.exited.set()
+
+    @staticmethod
+    async def _skip_line(
+        stdout: asyncio.StreamReader, start: bytearray
+    ) -> tuple[bytes, bytearray] | None:
+        """Read past the rest of an overlong line, keeping only its last bytes; its tail
+        and what follows it, or None when the stream ended first."""
+        tail = bytes(start[-_ENDS:])
+        while True:
+            chunk = await stdout.read(_READ_CHUNK)
+            if not chunk:
+                return None
+            end = chunk.find(b"\n")
+            if end >= 0:
+                return (tail + chunk[:end])[-_ENDS:], bytearray(chunk[end + 1 :])
+            tail = (tail + chunk)[-_ENDS:]
 
     async def _write(self, process: asyncio.subprocess.Process, source: Any) -> None:
         assert process.stdin is not None
