@@ -11,7 +11,8 @@ The catalog's own rules then apply as to any tool server: a name models accept
 (``[a-zA-Z0-9_-]{1,64}``, never renamed), owned by the first server that offers it; an
 input schema of at most 64 KiB with no ``$ref`` beyond itself. Here, besides: the root must
 be an object schema, a description is cut to 4,096 characters, an output schema must
-compile (no remote ``$ref``) or the tool is left out, and at most ``max_tools`` tools are
+compile (no remote ``$ref``) or the tool is left out, a tool that runs only as a task
+(``execution.taskSupport: required``) is left out, and at most ``max_tools`` tools are
 taken.
 """
 
@@ -113,6 +114,14 @@ def tool_list(tools: Sequence[types.Tool], config: McpServerConfig) -> ToolList:
                 config.max_tools,
             )
             break
+        if tool.execution is not None and tool.execution.task_support == "required":
+            log.warning(
+                "MCP server %s: tool %s is not offered: it runs only as an MCP task, which "
+                "the bridge does not run",
+                config.name,
+                name[:80],
+            )
+            continue
         root = tool.input_schema.get("type")
         if root not in (None, "object"):
             log.warning(
