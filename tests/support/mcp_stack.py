@@ -22,7 +22,16 @@ MCP_TOOLS = ROOT / ".tools" / "mcp" / "node_modules"
 """Where ``make mcp-tools`` installs the npm packages (Node.js 22 among them)."""
 NODE = MCP_TOOLS / ".bin" / "node"
 EVERYTHING = MCP_TOOLS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-INSPECTOR_CLI = MCP_TOOLS / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"
+INSPECTOR = (
+    MCP_TOOLS
+    / "@modelcontextprotocol"
+    / "inspector"
+    / "clients"
+    / "launcher"
+    / "build"
+    / "index.js"
+)
+"""The MCP Inspector's launcher (``--cli`` runs its CLI)."""
 CONFORMANCE = MCP_TOOLS / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 
 

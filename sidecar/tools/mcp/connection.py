@@ -22,7 +22,7 @@ UNAVAILABLE, which opens the breaker after ``failure_threshold`` of them.
 A call maps MCP onto the tool protocol: ``isError`` is the call's error; the content is
 rendered for the model (:mod:`sidecar.tools.mcp.render`); ``structuredContent`` is checked
 against the output schema by the SDK, and a mismatch is the call's error; progress
-notifications reach the caller's stream (at most ten a second); an elicitation is asked
+notifications reach the caller's stream (ten at once, then ten a second); an elicitation is asked
 of the caller through the approval flow, or declined (``elicitation: refuse``, or nobody
 streams the run). The call's deadline cancels the request (``notifications/cancelled`` on
 stdio, the response stream closed over HTTP). Who the call serves travels in ``_meta``.
@@ -90,7 +90,8 @@ _META_KEYS = {
 }
 _TRACE_KEYS = frozenset({"traceparent", "tracestate", "baggage"})
 _MAX_PAGES = 100  # pages of one listing: a server that paginates forever is cut off
-_PROGRESS_EVERY = 0.1  # seconds between progress events of one call at least
+_PROGRESS_BURST = 10  # progress events of one call passed on at once at most ...
+_PROGRESS_RATE = 10.0  # ... and per second after that
 _MAX_ERROR_TEXT = 1000  # characters of a server's error message passed on
 _CLIENT_INFO = types.Implementation(name="agent-sidecar", version="0.1.0")
 
@@ -490,15 +491,20 @@ def _trace(metadata: Sequence[tuple[str, str | bytes]]) -> dict[str, Any] | None
 
 
 def _throttled(report: Callable[[float, float | None, str], None]) -> ProgressFnT:
-    """A progress callback passing on at most one report per interval (and the last)."""
-    last = 0.0
+    """A progress callback passing reports on through a token bucket (a burst, then a rate):
+    a server flooding progress cannot flood the caller's stream. The last report (progress
+    reaching the total) always goes."""
+    tokens, last = float(_PROGRESS_BURST), time.monotonic()
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
-        nonlocal last
+        nonlocal tokens, last
         now = time.monotonic()
-        if now - last < _PROGRESS_EVERY and not (total is not None and progress >= total):
-            return
+        tokens = min(_PROGRESS_BURST, tokens + (now - last) * _PROGRESS_RATE)
         last = now
+        final = total is not None and progress >= total
+        if tokens < 1 and not final:
+            return
+        tokens = max(0.0, tokens - 1)
         report(progress, total, (message or "")[:_MAX_ERROR_TEXT])
 
     return forward
