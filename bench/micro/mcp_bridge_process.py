@@ -47,7 +47,15 @@ class _Bridge(tool_pb2_grpc.ToolServiceServicer):
 
 async def _serve(port: int, command: list[str]) -> None:
     config = McpServerConfig(
-        name="bridged", command=command[0], args=command[1:], trust_annotations=True
+        name="bridged",
+        command=command[0],
+        args=command[1:],
+        trust_annotations=True,
+        health_interval=0.5,
+        discovery_timeout=5.0,
+        restart_backoff=0.2,
+        max_restart_backoff=1.0,
+        max_result_bytes=4 * 1024 * 1024,
     )
     bridge: _Bridge
 
@@ -66,7 +74,17 @@ async def _serve(port: int, command: list[str]) -> None:
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print(f"listening on 127.0.0.1:{bound}", flush=True)
-    await server.wait_for_termination()
+    serving = True
+    while True:  # health follows the MCP server's, as the in-process bridge's does
+        await asyncio.sleep(0.05)
+        if connection.serving != serving:
+            serving = connection.serving
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else (health_pb2.HealthCheckResponse.NOT_SERVING)
+            )
+            await checks.set("", status)
 
 
 def main() -> None:

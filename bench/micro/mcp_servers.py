@@ -2,7 +2,7 @@
 
 - ``grpc``: a tool server of the Python SDK (the native path);
 - ``mcp``: an MCP server on stdio (the bridge starts it), its tool named ``mcp_echo`` (so
-  one sidecar can offer both);
+  one sidecar can offer both); with ``size``, it answers that many characters instead;
 - ``mcp-http``: the same MCP server on Streamable HTTP (prints ``listening on HOST:PORT``).
 
 ::
@@ -41,7 +41,10 @@ def _mcp_server() -> Any:
     tool = types.Tool(
         name="mcp_echo",
         description="Answer with the text and a short tail.",
-        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "size": {"type": "integer"}},
+        },
         annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
 
@@ -49,8 +52,10 @@ def _mcp_server() -> Any:
         return types.ListToolsResult(tools=[tool])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        text = str((params.arguments or {}).get("text", ""))
-        return types.CallToolResult(content=[types.TextContent(text=text + ANSWER)])
+        arguments = params.arguments or {}
+        size = arguments.get("size")
+        text = "x" * size if isinstance(size, int) else str(arguments.get("text", "")) + ANSWER
+        return types.CallToolResult(content=[types.TextContent(text=text)])
 
     return Server("echo", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 

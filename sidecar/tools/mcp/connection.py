@@ -160,6 +160,7 @@ class McpServerConnection:
         self._asking: dict[int, Callable[[ToolQuestion], Awaitable[Any]]] = {}
         self._next_call = 0
         self._task: asyncio.Task[None] | None = None
+        self._stdio: StdioTransport | None = None
         self.connects = 0
         """Connections made so far (a restart makes one more)."""
 
@@ -358,7 +359,7 @@ class McpServerConnection:
         try:
             async with AsyncExitStack() as stack:
                 if config.command is not None:
-                    stdio = StdioTransport(config, self._env)
+                    stdio = self._stdio = StdioTransport(config, self._env)
                     transport: Any = stdio
                 else:
                     assert config.url is not None
@@ -409,15 +410,20 @@ class McpServerConnection:
         tools: list[types.Tool] = []
         cursor: str | None = None
         ttl = None
-        async with asyncio.timeout(self.config.discovery_timeout):
-            for _ in range(_MAX_PAGES):
-                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-                tools.extend(page.tools)
-                if ttl is None:
-                    ttl = getattr(page, "ttl_ms", None)
-                cursor = page.next_cursor
-                if cursor is None or len(tools) > self.config.max_tools:
-                    break
+        try:
+            async with asyncio.timeout(self.config.discovery_timeout):
+                for _ in range(_MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                    tools.extend(page.tools)
+                    if ttl is None:
+                        ttl = getattr(page, "ttl_ms", None)
+                    cursor = page.next_cursor
+                    if cursor is None or len(tools) > self.config.max_tools:
+                        break
+        except TimeoutError:
+            if self._stdio is not None:
+                self._stdio.hung = True
+            raise
         self._ttl = ttl / 1000 if ttl else None
         listing: ToolList = await asyncio.to_thread(tool_list, tools, self.config)
         await self._on_discovered(self.name, listing.response, listing.retries)

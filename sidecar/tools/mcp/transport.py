@@ -122,6 +122,8 @@ class StdioTransport:
         """Set when the process has ended (or was stopped)."""
         self.why: str | None = None
         """Why the connection ended, when the transport ended it (a rule broken)."""
+        self.hung = False
+        """The server stopped answering: it is killed at once, not asked to exit."""
         self._tasks: list[asyncio.Task[None]] = []
         self._streams: tuple[Any, ...] = ()
 
@@ -159,13 +161,16 @@ class StdioTransport:
         await self.stop()
 
     async def stop(self) -> None:
-        """Close stdin, give the server a moment, then SIGTERM and SIGKILL its group."""
+        """Close stdin, give the server a moment, then SIGTERM and SIGKILL its group (a
+        hung server: SIGKILL at once)."""
         process = self.process
         if process is not None and process.returncode is None:
             if process.stdin is not None:
                 with contextlib.suppress(OSError, RuntimeError):
                     process.stdin.close()
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            # A server that answers nothing would not exit either: no grace for it.
+            steps = (signal.SIGKILL,) if self.hung else (None, signal.SIGTERM, signal.SIGKILL)
+            for sig in steps:
                 if sig is not None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(process.pid, sig)
