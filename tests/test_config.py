@@ -13,6 +13,9 @@ from pydantic import BaseModel
 from sidecar.config import (
     AuthConfig,
     CacheConfig,
+    McpEndpointConfig,
+    McpServerConfig,
+    McpToolConfig,
     ModelConfig,
     PriceConfig,
     ProfileConfig,
@@ -121,6 +124,9 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(ModelConfig, "model.")
         + _config_keys(ProfileConfig, "profiles.NAME.")
         + _config_keys(ToolServerConfig, "tool_servers[].")
+        + _config_keys(McpServerConfig, "mcp_servers[].")
+        + _config_keys(McpToolConfig, "mcp_servers[].tools.NAME.")
+        + _config_keys(McpEndpointConfig, "mcp.")
         + _config_keys(TelemetryConfig, "telemetry.")
         + _config_keys(PriceConfig, "prices.MODEL.")
         + _config_keys(SessionsConfig, "sessions.")

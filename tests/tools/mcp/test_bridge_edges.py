@@ -118,7 +118,7 @@ async def test_a_result_over_the_bound_is_the_calls_error_and_the_server_keeps_s
 async def test_a_server_that_dies_or_breaks_the_transport_mid_call_fails_that_call_and_is_restarted(
     sim: ServerProcess, tmp_path: Path, tool: str
 ) -> None:
-    server = edge(max_result_bytes=65_536, health_interval=0.5, discovery_timeout=2)
+    server = edge(max_result_bytes=65_536, health_interval=0.5, discovery_timeout=5)
     config = sidecar_config(sim, [], mcp_servers=[server])
     with sidecar(config, tmp_path) as side:
         async with AgentClient(side.address) as client:
@@ -135,7 +135,7 @@ async def test_a_server_that_dies_or_breaks_the_transport_mid_call_fails_that_ca
 async def test_a_hung_server_times_out_its_call_leaves_the_models_list_and_comes_back_restarted(
     sim: ServerProcess, tmp_path: Path
 ) -> None:
-    server = edge(timeout=1.0, health_interval=0.3, discovery_timeout=1.0)
+    server = edge(timeout=1.0, health_interval=0.3, discovery_timeout=5.0)
     config = sidecar_config(sim, [], mcp_servers=[server])
     with sidecar(config, tmp_path) as side:
         async with AgentClient(side.address) as client:
@@ -321,7 +321,7 @@ async def test_a_streamable_http_server_is_bridged_and_its_loss_hides_its_tools(
         "url": f"http://{http.address}/mcp",
         "approval": "never",
         "health_interval": 0.3,
-        "discovery_timeout": 2,
+        "discovery_timeout": 5,
         "restart_backoff": 0.2,
         "max_restart_backoff": 0.5,
         "headers": {"X-Team": "blue"},
