@@ -11,6 +11,7 @@ text the call's error.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mcp_types as types
@@ -22,6 +23,13 @@ __all__ = ["render"]
 def _size(base64_text: str) -> int:
     """Bytes a base64 text decodes to."""
     return len(base64_text) * 3 // 4 - base64_text[-2:].count("=")
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits, which JSON allows and orjson does not
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _block(block: Any) -> str:
@@ -59,7 +67,7 @@ def render(result: types.CallToolResult) -> tuple[bool, str]:
     parts: list[str] = []
     echo: Any = None
     if has_structured:
-        text = orjson.dumps(structured).decode()
+        text = _json(structured)
         parts.append(text)
         echo = structured
     for block in result.content:
