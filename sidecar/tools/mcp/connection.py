@@ -259,8 +259,12 @@ class McpServerConnection:
             code, message = _status(exc)
             raise StreamedCallError(code, message) from None
         except RuntimeError as exc:
-            # The SDK's check of the result against the tool's output schema.
             text = str(exc)[:_MAX_ERROR_TEXT]
+            if "structured content" not in text and "schema" not in text:
+                raise StreamedCallError(
+                    grpc.StatusCode.UNAVAILABLE, f"the MCP call failed: {text}"
+                ) from None
+            # The SDK's check of the result against the tool's output schema.
             return tool_pb2.ToolResult(
                 call_id=request.call_id,
                 error=tool_pb2.ToolError(
@@ -268,15 +272,23 @@ class McpServerConnection:
                     message=f"the tool's result broke its declared output schema: {text}",
                 ),
             )
-        except (OSError, ValueError) as exc:
-            # The connection broke under the call, or the server's answer was malformed.
+        except Exception as exc:
+            # The connection broke under the call, or the server's answer was malformed:
+            # however the SDK says so, it is this call's failure, never the run's.
+            log.debug("MCP server %s: call failed", self.name, exc_info=True)
             raise StreamedCallError(
-                grpc.StatusCode.UNAVAILABLE, f"the MCP server's answer was unusable ({exc})"
+                grpc.StatusCode.UNAVAILABLE,
+                f"the MCP server's answer was unusable ({type(exc).__name__}: "
+                f"{str(exc)[:_MAX_ERROR_TEXT]})",
             ) from None
         finally:
             _ASK.reset(token)
             self._asking.pop(number, None)
-        is_error, text = render(result)
+        try:
+            is_error, text = render(result)
+        except Exception as exc:  # a result no rule foresaw: the call's error, not the run's
+            log.warning("MCP server %s: a result could not be rendered: %r", self.name, exc)
+            is_error, text = True, "the tool's result could not be read"
         if len(text) > self.config.max_result_bytes:
             raise StreamedCallError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
