@@ -25,7 +25,9 @@ against the output schema by the SDK, and a mismatch is the call's error; progre
 notifications reach the caller's stream (ten at once, then ten a second); an elicitation is asked
 of the caller through the approval flow, or declined (``elicitation: refuse``, or nobody
 streams the run). The call's deadline cancels the request (``notifications/cancelled`` on
-stdio, the response stream closed over HTTP). Who the call serves travels in ``_meta``.
+stdio, the response stream closed over HTTP). A tool that runs only as an MCP task is
+polled within the deadline and cancelled with the call (:mod:`sidecar.tools.mcp.tasks`).
+Who the call serves travels in ``_meta``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from sidecar.tools.call_stream import StreamedCallError
 from sidecar.tools.link import CallHooks
 from sidecar.tools.mcp.descriptors import ToolList, tool_list
 from sidecar.tools.mcp.render import render
+from sidecar.tools.mcp.tasks import TaskCancelled, call_as_task
 from sidecar.tools.mcp.transport import (
     RESULT_TOO_LARGE,
     ServerExited,
@@ -161,6 +164,7 @@ class McpServerConnection:
         self._next_call = 0
         self._task: asyncio.Task[None] | None = None
         self._stdio: StdioTransport | None = None
+        self._tasks: frozenset[str] = frozenset()
         self.connects = 0
         """Connections made so far (a restart makes one more)."""
 
@@ -234,16 +238,24 @@ class McpServerConnection:
             self._asking[number] = ask
         token = _ASK.set(ask)
         try:
+            meta = cast(
+                types.RequestParamsMeta | None,
+                self._meta(metadata) if self.config.identity else _trace(metadata),
+            )
             async with asyncio.timeout(timeout):
-                result = await client.call_tool(
-                    request.tool_name,
-                    arguments,
-                    progress_callback=progress,
-                    meta=cast(
-                        types.RequestParamsMeta | None,
-                        self._meta(metadata) if self.config.identity else _trace(metadata),
-                    ),
-                )
+                if request.tool_name in self._tasks:
+                    result = await call_as_task(
+                        client,
+                        request.tool_name,
+                        arguments,
+                        ttl=timeout,
+                        meta=meta,
+                        progress=progress,
+                    )
+                else:
+                    result = await client.call_tool(
+                        request.tool_name, arguments, progress_callback=progress, meta=meta
+                    )
         except TimeoutError:
             raise StreamedCallError(
                 grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed"
@@ -258,6 +270,10 @@ class McpServerConnection:
                 self.serving = False
             code, message = _status(exc)
             raise StreamedCallError(code, message) from None
+        except TaskCancelled as exc:
+            raise StreamedCallError(
+                grpc.StatusCode.ABORTED, f"the MCP server cancelled the task: {exc}"
+            ) from None
         except RuntimeError as exc:
             text = str(exc)[:_MAX_ERROR_TEXT]
             if "structured content" not in text and "schema" not in text:
@@ -438,6 +454,7 @@ class McpServerConnection:
             raise
         self._ttl = ttl / 1000 if ttl else None
         listing: ToolList = await asyncio.to_thread(tool_list, tools, self.config)
+        self._tasks = listing.tasks
         await self._on_discovered(self.name, listing.response, listing.retries)
 
     async def _watch(self, client: Client, stdio: StdioTransport | None) -> None:

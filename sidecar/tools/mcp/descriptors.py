@@ -11,9 +11,9 @@ The catalog's own rules then apply as to any tool server: a name models accept
 (``[a-zA-Z0-9_-]{1,64}``, never renamed), owned by the first server that offers it; an
 input schema of at most 64 KiB with no ``$ref`` beyond itself. Here, besides: the root must
 be an object schema, a description is cut to 4,096 characters, an output schema must
-compile (no remote ``$ref``) or the tool is left out, a tool that runs only as a task
-(``execution.taskSupport: required``) is left out, and at most ``max_tools`` tools are
-taken.
+compile (no remote ``$ref``) or the tool is left out, and at most ``max_tools`` tools are
+taken. A tool that runs only as a task (``execution.taskSupport: required``) is noted, so
+its calls run as tasks (:mod:`sidecar.tools.mcp.tasks`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class ToolList:
     response: tool_pb2.ListToolsResponse
     retries: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Tools' own retry policies, by name."""
+    tasks: frozenset[str] = frozenset()
+    """The tools that run only as MCP tasks (``execution.taskSupport: required``)."""
 
 
 def _seconds(value: float) -> Duration:
@@ -99,6 +101,7 @@ def tool_list(tools: Sequence[types.Tool], config: McpServerConfig) -> ToolList:
     allowed = frozenset(config.allow_tools) if config.allow_tools is not None else None
     descriptors: list[tool_pb2.ToolDescriptor] = []
     retries: dict[str, RetryPolicy] = {}
+    tasks: set[str] = set()
     seen: set[str] = set()
     for tool in tools:
         name = tool.name
@@ -115,13 +118,7 @@ def tool_list(tools: Sequence[types.Tool], config: McpServerConfig) -> ToolList:
             )
             break
         if tool.execution is not None and tool.execution.task_support == "required":
-            log.warning(
-                "MCP server %s: tool %s is not offered: it runs only as an MCP task, which "
-                "the bridge does not run",
-                config.name,
-                name[:80],
-            )
-            continue
+            tasks.add(name)
         root = tool.input_schema.get("type")
         if root not in (None, "object"):
             log.warning(
@@ -149,4 +146,4 @@ def tool_list(tools: Sequence[types.Tool], config: McpServerConfig) -> ToolList:
             retries[name] = config.retry.model_copy(update={"max_attempts": override.max_attempts})
     response = tool_pb2.ListToolsResponse(tools=descriptors)
     response.tool_set_version = hashlib.sha256(response.SerializeToString()).hexdigest()
-    return ToolList(response, retries)
+    return ToolList(response, retries, frozenset(tasks))

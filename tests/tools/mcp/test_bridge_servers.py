@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentsidecar.client import AgentClient
+from agentsidecar.client import AgentClient, Decision
 from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess
 from tests.support.mcp_stack import (
@@ -154,7 +154,7 @@ async def test_server_everything_results_progress_and_structured_content_through
             )
             events = await streamed(client, session.session_id)
     calls = finished_calls(events)
-    assert "simulate-research-query" not in tools  # runs only as a task
+    assert "simulate-research-query" in tools  # runs only as a task
     assert all(c.status == OK for c in calls.values()), calls
     assert "hi there" in calls["echo"].content
     assert "42" in calls["get-sum"].content
@@ -164,3 +164,37 @@ async def test_server_everything_results_progress_and_structured_content_through
     progress = [p for p in events_of(events, "tool_call_progress")]
     assert progress and progress[-1].tool_name == "trigger-long-running-operation"
     assert progress[-1].total == 4
+
+
+async def test_a_task_is_polled_asks_through_approval_and_ends_with_the_runs_deadline(
+    sim: ServerProcess, tmp_path: Path
+) -> None:
+    answers: list[agent_pb2.ApprovalRequired] = []
+
+    def clarify(event: agent_pb2.ApprovalRequired) -> Decision:
+        answers.append(event)
+        return Decision.reply({"interpretation": "historical"})
+
+    everything = {**_everything(), "tools": {"simulate-research-query": {"timeout": 20}}}
+    config = sidecar_config(sim, [], mcp_servers=[everything])
+    with sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            await script_calls(sim, ("simulate-research-query", {"topic": "bees"}))
+            plain = await streamed(client, session.session_id)
+            await script_calls(
+                sim, ("simulate-research-query", {"topic": "bees", "ambiguous": True})
+            )
+            asked = await streamed(client, session.session_id, on_approval=clarify)
+            await script_calls(sim, ("simulate-research-query", {"topic": "wasps"}))
+            cut = await streamed(client, session.session_id, timeout=2.5)
+    report = finished_calls(plain)["simulate-research-query"]
+    assert report.status == OK and "Research Report: bees" in report.content
+    assert [p.message for p in events_of(plain, "tool_call_progress")]
+    assert answers and "interpretations" in answers[0].question.message
+    clarified = finished_calls(asked)["simulate-research-query"]
+    assert clarified.status == OK and "historical" in clarified.content.lower()
+    timed_out = finished_calls(cut)["simulate-research-query"]
+    assert timed_out.status == agent_pb2.TOOL_CALL_STATUS_TIMED_OUT
+    [ended] = events_of(cut, "run_finished")
+    assert ended.stop_reason == agent_pb2.STOP_REASON_BUDGET_EXHAUSTED
