@@ -187,12 +187,19 @@ class DirectCalls:
         call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=arguments)
         approver = None
         if channel.approve is not None:
-            approve = channel.approve
+            approve, audit = channel.approve, self._audit
 
             async def approver(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
-                if await approve(tool, call.arguments):
-                    return True, ""
-                return False, "the caller did not approve it"
+                approved = await approve(tool, call.arguments)
+                if audit.enabled:
+                    audit.record(
+                        "approval_decided",
+                        principal.name,
+                        run_id=run_id,
+                        call_id=call.id,
+                        decision="approve" if approved else "deny",
+                    )
+                return (True, "") if approved else (False, "the caller did not approve it")
 
         asker = None
         if channel.ask is not None:

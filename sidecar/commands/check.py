@@ -6,8 +6,9 @@ keys of model variants and tiers, principals' and tool servers' tokens, MCP serv
 secrets, the identity signing key); TLS files load. Then, unless ``--offline``, it asks
 each tool server for its tools (within the server's discovery timeout, with the same TLS
 and token as ``serve``), and each MCP server through the bridge (starting the process of
-one that has a command), and looks up every name in the profiles' ``tools`` lists, the way the sidecar resolves
-them (by name, or ``server.name``; the first server configured owns a name).
+one that has a command), and looks up every name in the profiles' ``tools`` lists, the way
+the sidecar resolves them (by name, or ``server.name``; the first server configured owns a
+name).
 
 It prints one line per finding and exits 0 when the sidecar would start and every tool is
 found, 1 when a tool server cannot be reached or a profile names a tool no server offers,

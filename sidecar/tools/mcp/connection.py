@@ -63,6 +63,7 @@ from agentsidecar.tool_identity import (
 )
 from agentsidecar.v1 import tool_pb2
 from sidecar.config import McpServerConfig, RetryPolicy
+from sidecar.schemas import compile_schema_safely
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.call_stream import StreamedCallError
 from sidecar.tools.link import CallHooks
@@ -165,8 +166,6 @@ class McpServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._stdio: StdioTransport | None = None
         self._tasks: frozenset[str] = frozenset()
-        self.connects = 0
-        """Connections made so far (a restart makes one more)."""
 
     # -- the link's surface ------------------------------------------------------------------
 
@@ -353,9 +352,11 @@ class McpServerConnection:
             return types.ElicitResult(action="decline")
         schema = dict(params.requested_schema)
         try:
-            decision = await ask(ToolQuestion(params.message[: _MAX_ERROR_TEXT * 4], schema))
-        except ValueError:  # a schema no answer can be checked against
+            compile_schema_safely(schema)
+        except ValueError:  # a schema no answer could be checked against: never asked
+            log.info("MCP server %s asked with an unusable schema; declined", self.name)
             return types.ElicitResult(action="decline")
+        decision = await ask(ToolQuestion(params.message[: _MAX_ERROR_TEXT * 4], schema))
         if not decision.approved:
             return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept", content=decision.answer or {})
@@ -406,7 +407,6 @@ class McpServerConnection:
                 )
                 async with asyncio.timeout(config.discovery_timeout):
                     await stack.enter_async_context(client)
-                self.connects += 1
                 self._client = client
                 log.info(
                     "MCP server %s: connected (%s, protocol %s)",
