@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-mcp latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
@@ -50,11 +50,17 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
-## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, profile), then
-## the benchmark against the peers, which writes docs/benchmarks.md quoting them (about 15
-## minutes).
-bench: install-bench bench-control-plane profile
+## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, bench-mcp,
+## profile), then the benchmark against the peers, which writes docs/benchmarks.md quoting
+## them (about 17 minutes).
+bench: install-bench bench-control-plane bench-mcp profile
 	$(PY) -m bench.peers
+
+## bench-mcp: a tool call through the MCP bridge against the same tool served natively, and
+## an MCP host's call through the sidecar against direct calls; writes bench/results/mcp.md
+## (about two minutes).
+bench-mcp: install
+	$(PY) -m bench.micro.mcp
 
 
 ## soak: 500 concurrent sessions for 60 s, then chaos under that load; writes

@@ -163,6 +163,149 @@ class ToolServerConfig(_Strict):
     the server's breaker."""
 
 
+_HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+class McpToolConfig(_Strict):
+    """What the configuration decides about one tool of an MCP server, over its annotations.
+
+    Every key left unset keeps what the server's trust decides (``trust_annotations``,
+    ``approval``)."""
+
+    read_only: bool | None = None
+    """The tool changes nothing: it may start while the model still streams, and share a
+    step with others that read what it reads."""
+    idempotent: bool | None = None
+    """Calling it twice does what calling it once does: a failed call is retried."""
+    destructive: bool | None = None
+    """It may destroy or overwrite something (shown with its approval)."""
+    requires_approval: bool | None = None
+    """Each call waits for the caller's approval."""
+    timeout: float | None = Field(None, gt=0)
+    """Seconds one call may take, under the server's ``timeout``."""
+    max_attempts: int | None = Field(None, ge=1, le=20)
+    """Attempts in all for an idempotent call that failed UNAVAILABLE; unset: the server's
+    ``retry.max_attempts``."""
+    read_keys: list[str] = Field(default_factory=list)
+    """Resource keys the tool reads (``"repo:{repo_path}"``): calls writing them wait."""
+    write_keys: list[str] = Field(default_factory=list)
+    """Resource keys the tool writes: calls reading or writing them wait for each other."""
+
+
+class McpServerConfig(_Strict):
+    """An MCP server the sidecar uses as a tool server, through its bridge (``docs/mcp.md``).
+
+    Either ``command`` (a process the sidecar starts and speaks stdio to) or ``url`` (a
+    Streamable HTTP endpoint)."""
+
+    name: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
+    """A short name, unique among ``tool_servers`` and ``mcp_servers``: logs, metrics, the
+    audit record, a profile's ``server.tool`` entries."""
+    command: str | None = Field(None, min_length=1)
+    """The program that serves MCP on its stdin and stdout (started by the sidecar)."""
+    args: list[str] = Field(default_factory=list)
+    """Its arguments."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables it gets, besides ``PATH``, ``HOME``, ``LANG`` and ``TZ`` of
+    the sidecar's own; nothing else of the sidecar's environment is passed on."""
+    env_from: dict[str, str] = Field(default_factory=dict)
+    """Secrets it gets as environment variables: its variable's name to the name of the
+    sidecar's variable holding the value (``{GITHUB_TOKEN: SIDECAR_GITHUB_TOKEN}``)."""
+    cwd: str | None = None
+    """Its working directory; unset: the sidecar's."""
+    url: str | None = None
+    """The Streamable HTTP endpoint (``https://host/mcp``); plain ``http`` only to loopback
+    unless ``server.insecure``."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every request (not secret)."""
+    headers_from_env: dict[str, str] = Field(default_factory=dict)
+    """Secret headers: a header's name to the environment variable holding its value
+    (``{Authorization: GITHUB_MCP_AUTH}``, the variable holding ``Bearer …``)."""
+    tls: ClientTlsConfig | None = None
+    """TLS to an ``https`` URL: the CA bundle (unset: the system's), a client certificate
+    for mutual TLS, the name to verify. ``server_name`` is not supported here."""
+    protocol: Literal["auto", "legacy", "2026-07-28"] = "auto"
+    """The revision spoken: ``auto`` asks ``server/discover`` and falls back to the 2025
+    handshake (``initialize``); ``legacy`` always uses the handshake; ``2026-07-28`` only
+    the stateless revision."""
+    timeout: float = Field(30.0, gt=0)
+    """Seconds one call may take unless a tool's ``timeout`` is shorter; the run's remaining
+    time caps it, and a task is polled at most this long."""
+    retry: RetryPolicy = RetryPolicy()
+    """Retries of idempotent tools' calls that failed UNAVAILABLE (the server down or
+    restarting); others never retry."""
+    breaker: BreakerPolicy = BreakerPolicy()
+    """The server's circuit breaker."""
+    discovery_timeout: float = Field(10.0, gt=0)
+    """Seconds to wait at start for the server's tool list (and for a start, a connect or a
+    re-list later) before going on without it."""
+    health_interval: float = Field(10.0, ge=0.1)
+    """Seconds between health probes while the server is idle (a ping on the 2025 revisions,
+    ``server/discover`` on 2026-07-28); a probe unanswered within ``discovery_timeout``
+    marks it NOT_SERVING and a started server is restarted."""
+    restart_backoff: float = Field(0.5, gt=0)
+    """Seconds before the first restart of a started server that exited or hung, or the
+    first reconnect to a URL; each further attempt waits twice as long."""
+    max_restart_backoff: float = Field(30.0, gt=0)
+    """The longest wait between restarts or reconnects."""
+    min_relist_interval: float = Field(1.0, ge=0)
+    """Seconds between re-listings at least: a storm of ``list_changed`` notifications
+    costs one listing per interval."""
+    max_result_bytes: int = Field(1024 * 1024, ge=1024)
+    """Largest message accepted from the server (one line on stdio, one response over
+    HTTP), and largest result passed on; a larger result is the call's error."""
+    max_tools: int = Field(512, ge=1, le=4096)
+    """Tools taken from the server's list at most; the rest are left out (logged)."""
+    trust_annotations: bool = False
+    """Believe the server's ``readOnlyHint`` and ``idempotentHint`` (early starts, retries)
+    and a ``destructiveHint`` of false (no approval). Off: its tools are neither read-only
+    nor idempotent, and each may be destructive."""
+    approval: Literal["destructive", "always", "never"] = "destructive"
+    """Which calls wait for the caller's approval: ``destructive`` those of tools that may
+    be destructive (all of them, unless annotations are trusted or a tool is configured),
+    ``always`` every call, ``never`` none. A tool's ``requires_approval`` wins."""
+    elicitation: Literal["approval", "refuse"] = "approval"
+    """A server's question during a call (elicitation): asked of the caller through the
+    approval flow (``approval``), or declined at once (``refuse``). Unary runs, which
+    nobody can answer, decline it."""
+    identity: bool = True
+    """Send who a call serves (principal, session, run, call, labels, and the signed
+    assertion when ``auth.tool_assertion`` is set) in each call's ``_meta``."""
+    allow_tools: list[str] | None = None
+    """The server's tools the sidecar offers, by their names on the server; unset: all."""
+    tools: dict[str, McpToolConfig] = Field(default_factory=dict)
+    """Per tool, by its name on the server: trust, approval, timeout, retries, keys."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("set command (stdio) or url (Streamable HTTP), not both")
+        if self.url is None and (self.headers or self.headers_from_env or self.tls):
+            raise ValueError("headers, headers_from_env and tls go with url")
+        if self.command is None and (self.args or self.env or self.env_from or self.cwd):
+            raise ValueError("args, env, env_from and cwd go with command")
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("url must be an http or https URL with a host")
+            if parts.username or parts.password:
+                raise ValueError("url must not carry credentials: use headers_from_env")
+            if self.tls is not None and parts.scheme != "https":
+                raise ValueError("tls needs an https url")
+            if self.tls is not None and self.tls.server_name is not None:
+                raise ValueError("tls.server_name is not supported for MCP servers")
+        for header in [*self.headers, *self.headers_from_env]:
+            if not re.fullmatch(_HEADER_NAME, header):
+                raise ValueError(f"{header[:40]!r} is not an HTTP header name")
+        for name in [*self.env_from, *self.env_from.values(), *self.headers_from_env.values()]:
+            if not re.fullmatch(_ENV_NAME, name):
+                raise ValueError(f"{name[:40]!r} is not an environment variable name")
+        if self.max_restart_backoff < self.restart_backoff:
+            raise ValueError("max_restart_backoff must be at least restart_backoff")
+        return self
+
+
 class ModelConfig(_Strict):
     """The OpenAI-compatible chat-completions endpoint the loop thinks with."""
 
@@ -829,6 +972,42 @@ class AuthConfig(_Strict):
         return principals
 
 
+class McpEndpointConfig(_Strict):
+    """The sidecar as an MCP server: the tools a profile allows, for MCP hosts, over
+    Streamable HTTP (both revisions) and ``agent-sidecar mcp-stdio``. Its callers are the
+    gRPC port's principals, with the same tokens and the same TLS (``server.tls``)."""
+
+    port: int | None = Field(None, ge=0, le=65535)
+    """Port of the Streamable HTTP endpoint; 0 picks a free one (printed as
+    ``mcp on http://HOST:PORT/mcp``); unset: no endpoint."""
+    host: str = "127.0.0.1"
+    """Interface it binds; beyond loopback the rules of ``server.host`` apply (TLS and
+    principals, or ``server.insecure``)."""
+    path: str = Field("/mcp", pattern=r"^/[A-Za-z0-9._~/-]{0,127}$")
+    """The endpoint's path."""
+    profile: str = "default"
+    """The profile whose tools it offers; a principal must be allowed it."""
+    call_timeout: float = Field(60.0, gt=0)
+    """Seconds a host's tool call may take (MCP carries no deadline); approvals included."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed to call it besides loopback ones (``https://app.example``):
+    any other ``Origin`` is refused 403, against DNS rebinding."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest request body accepted (413 beyond)."""
+    agent_tool: bool = False
+    """Also offer ``agent``: a tool that runs one turn of the profile on a session of the
+    caller's (the whole loop, its model calls and tools), for hosts that delegate a task."""
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+                raise ValueError(f"{origin[:60]!r} is not an origin (scheme://host[:port])")
+        return origins
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -836,6 +1015,10 @@ class SidecarConfig(_Strict):
     model: ModelConfig = ModelConfig()
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: {"default": ProfileConfig()})
     tool_servers: list[ToolServerConfig] = Field(default_factory=list)
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    """MCP servers used as tool servers, through the bridge (``docs/mcp.md``)."""
+    mcp: McpEndpointConfig = McpEndpointConfig()
+    """The sidecar's own MCP endpoint, for MCP hosts."""
     telemetry: TelemetryConfig = TelemetryConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Price table by model name (as sent in requests), for each run's cost."""
@@ -852,6 +1035,15 @@ class SidecarConfig(_Strict):
         return servers
 
     @model_validator(mode="after")
+    def _mcp_names_apart_from_tool_servers(self) -> SidecarConfig:
+        # One namespace: breakers, metrics, the catalog's owners and profiles' server.tool.
+        _unique(
+            "tool server and MCP server",
+            [s.name for s in self.tool_servers] + [s.name for s in self.mcp_servers],
+        )
+        return self
+
+    @model_validator(mode="after")
     def _versions_of_servers_that_exist(self) -> SidecarConfig:
         by_name = {s.name: s for s in self.tool_servers}
         for server in self.tool_servers:
@@ -863,6 +1055,12 @@ class SidecarConfig(_Strict):
                     f"tool_servers: {server.name}.version_of must name another tool server "
                     "that is not itself a version"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _mcp_profile_exists(self) -> SidecarConfig:
+        if self.mcp.port is not None and self.mcp.profile not in self.profiles:
+            raise ValueError(f"mcp.profile {self.mcp.profile!r} names no profile")
         return self
 
     @model_validator(mode="after")
@@ -1039,6 +1237,8 @@ def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dic
     if config.background.callbacks.secret_env:
         names.add(config.background.callbacks.secret_env)
     names |= {s.token_env for s in config.tool_servers if s.token_env}
+    for mcp in config.mcp_servers:
+        names |= set(mcp.env_from.values()) | set(mcp.headers_from_env.values())
     for profile in config.profiles.values():
         overrides = [profile.tools_model, profile.context.memory_model]
         for variant in profile.variants:

@@ -325,6 +325,26 @@ class ToolOutcome:
     when none did."""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolQuestion:
+    """What a running tool asks its caller (an MCP server's elicitation)."""
+
+    message: str
+    requested_schema: dict[str, Any]
+    """JSON Schema of the answer: an object of flat properties; ``{}``: yes or no."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A caller's decision on one call, or its answer to the call's question."""
+
+    approved: bool
+    reason: str = ""
+    """Why, shown to the model when the call is denied."""
+    answer: dict[str, Any] | None = None
+    """The answer to a question (an object matching its schema); None otherwise."""
+
+
 class EventSink(Protocol):
     """Receives a run's events as they happen. Streaming callers get one; others don't,
     and then no event is ever built."""
@@ -338,7 +358,23 @@ class EventSink(Protocol):
     def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None: ...
 
     def approval_required(
-        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        arguments: str,
+        destructive: bool,
+        question: ToolQuestion | None = None,
+    ) -> None: ...
+
+    def tool_call_progress(
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        progress: float,
+        total: float | None,
+        message: str,
     ) -> None: ...
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None: ...

@@ -14,6 +14,9 @@ from sidecar.config import (
     AuthConfig,
     BackgroundConfig,
     CacheConfig,
+    McpEndpointConfig,
+    McpServerConfig,
+    McpToolConfig,
     ModelConfig,
     PriceConfig,
     ProfileConfig,
@@ -122,6 +125,9 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(ModelConfig, "model.")
         + _config_keys(ProfileConfig, "profiles.NAME.")
         + _config_keys(ToolServerConfig, "tool_servers[].")
+        + _config_keys(McpServerConfig, "mcp_servers[].")
+        + _config_keys(McpToolConfig, "mcp_servers[].tools.NAME.")
+        + _config_keys(McpEndpointConfig, "mcp.")
         + _config_keys(TelemetryConfig, "telemetry.")
         + _config_keys(PriceConfig, "prices.MODEL.")
         + _config_keys(SessionsConfig, "sessions.")
@@ -243,3 +249,59 @@ def test_an_invalid_expanded_value_is_reported_without_the_variables_value(tmp_p
     message = str(info.value)
     assert secret not in message, message
     assert "${TOOL_NAME}" in message or "${PATTERN}" in message, message
+
+
+_BAD_MCP_SERVERS = {
+    "neither command nor url": ({"name": "m"}, "set command (stdio) or url"),
+    "both command and url": (
+        {"name": "m", "command": "x", "url": "https://h/mcp"},
+        "set command (stdio) or url",
+    ),
+    "headers with a command": (
+        {"name": "m", "command": "x", "headers": {"A": "b"}},
+        "go with url",
+    ),
+    "args with a url": ({"name": "m", "url": "https://h/mcp", "args": ["a"]}, "go with command"),
+    "a url that is no http": ({"name": "m", "url": "ftp://h/mcp"}, "http or https URL"),
+    "credentials in the url": (
+        {"name": "m", "url": "https://u:secret@h/mcp"},
+        "must not carry credentials",
+    ),
+    "tls to plain http": (
+        {"name": "m", "url": "http://h/mcp", "tls": {"ca_file": "ca.pem"}},
+        "tls needs an https url",
+    ),
+    "a header name with a space": (
+        {"name": "m", "url": "https://h/mcp", "headers": {"Bad Header": "x"}},
+        "is not an HTTP header name",
+    ),
+    "a secret from no variable name": (
+        {"name": "m", "command": "x", "env_from": {"TOKEN": "not a name"}},
+        "is not an environment variable name",
+    ),
+}
+
+
+@pytest.mark.parametrize("why", sorted(_BAD_MCP_SERVERS))
+def test_an_unusable_mcp_server_entry_is_refused_naming_the_problem(why: str) -> None:
+    entry, message = _BAD_MCP_SERVERS[why]
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"mcp_servers": [entry]})
+    assert message in str(refused.value)
+    if why == "credentials in the url":
+        assert "secret" not in str(refused.value)  # the refusal never echoes the password
+
+
+def test_mcp_server_names_share_the_tool_servers_namespace_and_the_endpoint_needs_its_profile() -> (
+    None
+):
+    with pytest.raises(ConfigError, match="tool server and MCP server names must be unique"):
+        parse_config(
+            {
+                "tool_servers": [{"name": "a", "address": "127.0.0.1:1"}],
+                "mcp_servers": [{"name": "a", "command": "x"}],
+            }
+        )
+    with pytest.raises(ConfigError, match=r"mcp\.profile 'nope' names no profile"):
+        parse_config({"mcp": {"port": 0, "profile": "nope"}})
+    assert parse_config({"mcp": {"profile": "nope"}}).mcp.port is None  # no endpoint: unused

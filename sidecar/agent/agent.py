@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from sidecar.agent.admission import Admission
 from sidecar.agent.approvals import Approvals, Decision
 from sidecar.agent.conversations import Conversations, SessionPage
+from sidecar.agent.direct import DirectCalls
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.runs import BackgroundRuns
@@ -85,6 +86,10 @@ class Agent:
             max_response_bytes=max_response_bytes,
             max_sessions=max_sessions,
         )
+        self.direct = DirectCalls(
+            loop, snapshot=snapshot, admission=self.admission, audit=self.audit
+        )
+        """Tool calls callers make themselves (an MCP host's), with no model between."""
         self.turns = Turns(
             loop,
             store,

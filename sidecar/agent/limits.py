@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
 
 from sidecar.errors import FieldViolation, InputTooLarge, InvalidRequest
 
@@ -128,6 +131,26 @@ def reason_problems(text: str) -> list[FieldViolation]:
     if len(text) > MAX_REASON:
         return [FieldViolation("reason", f"is {len(text)} characters; at most {MAX_REASON}")]
     return []
+
+
+MAX_ANSWER = 65_536
+"""Bytes of an answer to a tool's question."""
+
+
+def parse_answer(text: str) -> tuple[dict[str, Any] | None, list[FieldViolation]]:
+    """An approval's answer parsed (a JSON object; empty text is ``{}``), or what is wrong
+    with it: too long, not JSON, not an object."""
+    if not text:
+        return None, []
+    if len(text) > MAX_ANSWER:
+        return None, [FieldViolation("answer", f"is {len(text)} characters; at most {MAX_ANSWER}")]
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None, [FieldViolation("answer", "is not JSON")]
+    if not isinstance(value, dict):
+        return None, [FieldViolation("answer", "must be a JSON object")]
+    return value, []
 
 
 def page_size_problems(requested: int) -> list[FieldViolation]:

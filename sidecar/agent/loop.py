@@ -25,8 +25,8 @@ from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tools.availability import ToolAccess
 from sidecar.tools.catalog import ToolCatalog
-from sidecar.tools.connection import ToolServerConnection
-from sidecar.tools.dispatch import Dispatcher, EarlyCalls
+from sidecar.tools.dispatch import Dispatcher, EarlyCalls, StepScope
+from sidecar.tools.link import ToolLink
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     MODEL_PACING,
@@ -40,6 +40,7 @@ from sidecar.types import (
     Stage,
     StageKind,
     StopReason,
+    ToolCall,
     ToolCallStatus,
     ToolOutcome,
     Usage,
@@ -86,7 +87,7 @@ class AgentLoop:
     def __init__(
         self,
         catalog: ToolCatalog,
-        connections: Mapping[str, ToolServerConnection],
+        connections: Mapping[str, ToolLink],
         *,
         results: ResultCache | None = None,
         redact: Callable[[str], str] | None = None,
@@ -97,6 +98,10 @@ class AgentLoop:
         self._dispatcher = Dispatcher(
             catalog, connections, results, redact, max_text_bytes=max_message_bytes // 4
         )
+
+    async def call_tools(self, scope: StepScope, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Run calls a caller made itself, as one step (see :mod:`sidecar.agent.direct`)."""
+        return await self._dispatcher.run_step(scope, calls)
 
     def tool_definitions(self, profile: Profile) -> list[dict[str, Any]]:
         """The tool list the model sees for ``profile`` now."""

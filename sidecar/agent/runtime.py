@@ -49,6 +49,7 @@ from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
 from sidecar.tools.discovery import Discovery
+from sidecar.tools.link import ToolLink
 from sidecar.tools.result_cache import ResultCache
 
 if TYPE_CHECKING:
@@ -158,24 +159,38 @@ class Runtime:
             on_error=self.telemetry.model_error_hook,
         )
         self.catalog = ToolCatalog()
-        self.catalog.set_server_order([s.name for s in config.tool_servers])
+        self.catalog.set_server_order(
+            [s.name for s in config.tool_servers] + [s.name for s in config.mcp_servers]
+        )
         discovery = Discovery(
             self.catalog,
             {s.name: s.version_of for s in config.tool_servers if s.version_of},
             on_change=self._catalog_changed,
         )
-        self.connections = {
+        on_breaker_change = metrics.breaker_changed if metrics is not None else None
+        self.connections: dict[str, ToolLink] = {
             s.name: ToolServerConnection(
                 s,
                 on_discovered=discovery.discovered,
-                on_breaker_change=metrics.breaker_changed if metrics is not None else None,
+                on_breaker_change=on_breaker_change,
                 token=tool_server_token(s, self._environ),
             )
             for s in config.tool_servers
         }
+        if config.mcp_servers:
+            # The SDK is imported only when an MCP server is configured.
+            from sidecar.tools.mcp import McpServerConnection
+
+            for m in config.mcp_servers:
+                self.connections[m.name] = McpServerConnection(
+                    m,
+                    on_discovered=discovery.discovered,
+                    on_breaker_change=on_breaker_change,
+                    environ=self._environ,
+                )
         if metrics is not None:
-            for s in config.tool_servers:
-                metrics.breaker_known(s.name)
+            for name in self.connections:
+                metrics.breaker_known(name)
         self._config = config
         self._snapshot: Snapshot | None = None
         self.store: SessionStore | None = None
@@ -274,7 +289,7 @@ class Runtime:
         """Wait until every tool server is discovered or its discovery timeout has passed
         (its tools stay hidden until it answers); then check the profiles' tool lists."""
 
-        async def discovered(connection: ToolServerConnection) -> None:
+        async def discovered(connection: ToolLink) -> None:
             try:
                 async with asyncio.timeout(connection.config.discovery_timeout):
                     await connection.discovered.wait()
@@ -283,7 +298,7 @@ class Runtime:
                     "tool server %s (%s) not discovered within %.1fs%s; its tools stay hidden "
                     "until it answers",
                     connection.name,
-                    connection.config.address,
+                    connection.where,
                     connection.config.discovery_timeout,
                     f": {connection.last_error}" if connection.last_error else "",
                 )

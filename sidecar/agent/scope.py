@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.agent.profiles import Profile
 from sidecar.agent.variants import RunModels
-from sidecar.tools.dispatch import Approver, DispatchGuard, StepScope, ToolCallListener
+from sidecar.tools.dispatch import Approver, Asker, DispatchGuard, StepScope, ToolCallListener
 from sidecar.types import Clock, EventSink, Usage
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ class RunScope:
     """Receives its events as they happen; None when nobody streams them."""
     approver: Approver | None = None
     """Decides its calls that need approval; None denies them."""
+    asker: Asker | None = None
+    """Answers its running calls' questions; None declines them."""
     metadata: Sequence[tuple[str, str]] = ()
     """What its tool calls carry when not traced: the caller's trace context."""
     identity: RunIdentity | None = None
@@ -87,6 +89,7 @@ class RunScope:
             allowed=self.profile.allowed,
             sink=self.sink,
             approver=self.approver if approvals else None,
+            asker=self.asker if approvals else None,
             metadata=self.metadata,
             identity=self.identity,
             trace=self.trace,

@@ -57,9 +57,10 @@ from sidecar.security.quotas import RunQuotas
 from sidecar.sessions.store import SessionStore
 from sidecar.telemetry import Telemetry
 from sidecar.tools.catalog import CatalogTool
-from sidecar.tools.dispatch import Approver, ToolCallListener
+from sidecar.tools.dispatch import Approver, Asker, ToolCallListener
 from sidecar.types import (
     Clock,
+    Decision,
     EventSink,
     ModelCallDetail,
     RunOutcome,
@@ -67,6 +68,7 @@ from sidecar.types import (
     StopReason,
     ToolCall,
     ToolOutcome,
+    ToolQuestion,
     Turn,
 )
 
@@ -441,6 +443,9 @@ class Turns:
             budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
         variant, profile = turn.variant, turn.profile
+        wait = (
+            detached.approval_timeout if detached is not None else profile.config.approval_timeout
+        )
         # Traced, each tool call carries its own span's context; otherwise the caller's
         # trace context passes through to the tool servers as it came.
         passed = (
@@ -459,15 +464,8 @@ class Turns:
             clock=turn.clock,
             structured=structured,
             sink=sink,
-            approver=self._approver(
-                turn.session,
-                detached.approval_timeout
-                if detached is not None
-                else profile.config.approval_timeout,
-                deadline,
-            )
-            if sink
-            else None,
+            approver=self._approver(turn.session, wait, deadline) if sink else None,
+            asker=self._asker(turn.session, wait, deadline) if sink else None,
             metadata=passed,
             identity=turn.snapshot.tool_identity.for_run(
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
@@ -613,6 +611,15 @@ class Turns:
             return decision.approved, decision.reason
 
         return approve
+
+    def _asker(self, session: Session, wait: float, deadline: float) -> Asker:
+        approvals = self._approvals
+
+        async def ask(step: int, call: ToolCall, question: ToolQuestion) -> Decision:
+            timeout = min(wait, deadline - time.monotonic())
+            return await approvals.wait(session.session_id, call.id, timeout, question)
+
+        return ask
 
 
 def _internal_failure(run_id: str, clock: Clock) -> RunResultWithMessages:

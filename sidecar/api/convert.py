@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any, cast
 
+import orjson
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -30,6 +31,7 @@ from sidecar.types import (
     Stage,
     ToolAvailability,
     ToolOutcome,
+    ToolQuestion,
     Turn,
     Usage,
 )
@@ -160,6 +162,13 @@ def budget_exceeded(o: BudgetOverrun) -> agent_pb2.BudgetExceeded:
         spent=duration(o.spent),
         policy=_enum(o.policy),
         step=o.step,
+    )
+
+
+def tool_question(q: ToolQuestion) -> agent_pb2.ToolQuestion:
+    return agent_pb2.ToolQuestion(
+        message=q.message,
+        requested_schema=orjson.dumps(q.requested_schema).decode(),
     )
 
 

@@ -15,7 +15,14 @@ from google.protobuf import json_format
 
 from agentsidecar.v1 import agent_pb2
 from sidecar.api import convert
-from sidecar.types import BudgetOverrun, RunOutcome, RunRecord, Stage, ToolOutcome
+from sidecar.types import (
+    BudgetOverrun,
+    RunOutcome,
+    RunRecord,
+    Stage,
+    ToolOutcome,
+    ToolQuestion,
+)
 
 __all__ = ["GrpcRunCodec", "watch_response"]
 
@@ -92,7 +99,13 @@ class GrpcRunCodec:
 
     @staticmethod
     def _approval_required(
-        cap: int, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+        cap: int,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        arguments: str,
+        destructive: bool,
+        question: ToolQuestion | None = None,
     ) -> agent_pb2.ApprovalRequired:
         return agent_pb2.ApprovalRequired(
             step=step,
@@ -100,6 +113,26 @@ class GrpcRunCodec:
             tool_name=tool_name,
             arguments=_cap(arguments, cap),
             destructive=destructive,
+            question=convert.tool_question(question) if question is not None else None,
+        )
+
+    @staticmethod
+    def _tool_call_progress(
+        cap: int,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        progress: float,
+        total: float | None,
+        message: str,
+    ) -> agent_pb2.ToolCallProgress:
+        return agent_pb2.ToolCallProgress(
+            step=step,
+            call_id=call_id,
+            tool_name=tool_name,
+            progress=progress,
+            total=total or 0.0,
+            message=_cap(message, cap),
         )
 
     @staticmethod

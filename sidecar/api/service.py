@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from agentsidecar.v1 import agent_pb2
 from sidecar.agent.agent import Agent, ClaimedTurn
 from sidecar.agent.approvals import Decision
+from sidecar.agent.limits import parse_answer
 from sidecar.api import convert
 from sidecar.api.run_codec import watch_response
 from sidecar.api.status import internal_status, to_status
@@ -182,12 +183,13 @@ class AgentServicer:
         ):
             problems.append(FieldViolation("decision", "must be APPROVE or DENY"))
         approved = request.decision == agent_pb2.APPROVAL_DECISION_APPROVE
+        answer, answer_problems = parse_answer(request.answer)
         await self._agent.decide(
             principal,
             request.session_id,
             request.call_id,
-            Decision(approved, request.reason),
-            problems,
+            Decision(approved, request.reason, answer),
+            [*problems, *answer_problems],
         )
         return agent_pb2.ApproveToolCallResponse()
 

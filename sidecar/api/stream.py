@@ -22,7 +22,7 @@ from typing import Any
 
 from agentsidecar.v1 import agent_pb2
 from sidecar.api import convert
-from sidecar.types import BudgetOverrun, Stage, ToolOutcome
+from sidecar.types import BudgetOverrun, Stage, ToolOutcome, ToolQuestion
 
 __all__ = ["BACKLOG_GRACE", "StreamSink"]
 
@@ -150,7 +150,13 @@ class StreamSink:
         self.put(tool_call_finished=convert.tool_call_finished(step, outcome))
 
     def approval_required(
-        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        arguments: str,
+        destructive: bool,
+        question: ToolQuestion | None = None,
     ) -> None:
         self.put(
             approval_required=agent_pb2.ApprovalRequired(
@@ -159,6 +165,27 @@ class StreamSink:
                 tool_name=tool_name,
                 arguments=arguments,
                 destructive=destructive,
+                question=convert.tool_question(question) if question is not None else None,
+            )
+        )
+
+    def tool_call_progress(
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        progress: float,
+        total: float | None,
+        message: str,
+    ) -> None:
+        self.put(
+            tool_call_progress=agent_pb2.ToolCallProgress(
+                step=step,
+                call_id=call_id,
+                tool_name=tool_name,
+                progress=progress,
+                total=total or 0.0,
+                message=message,
             )
         )
 

@@ -2,11 +2,13 @@
 
 It checks what ``serve`` checks at start, without binding a port or starting anything: the
 file validates; the exposure rules; every secret it names is set (the model's key, the
-keys of model variants and tiers, principals' and tool servers' tokens, the identity
-signing key); TLS files load. Then, unless ``--offline``, it asks each tool server for its
-tools (within the server's discovery timeout, with the same TLS and token as ``serve``)
-and looks up every name in the profiles' ``tools`` lists, the way the sidecar resolves
-them (by name, or ``server.name``; the first server configured owns a name).
+keys of model variants and tiers, principals' and tool servers' tokens, MCP servers'
+secrets, the identity signing key); TLS files load. Then, unless ``--offline``, it asks
+each tool server for its tools (within the server's discovery timeout, with the same TLS
+and token as ``serve``), and each MCP server through the bridge (starting the process of
+one that has a command), and looks up every name in the profiles' ``tools`` lists, the way
+the sidecar resolves them (by name, or ``server.name``; the first server configured owns a
+name).
 
 It prints one line per finding and exits 0 when the sidecar would start and every tool is
 found, 1 when a tool server cannot be reached or a profile names a tool no server offers,
@@ -16,12 +18,13 @@ found, 1 when a tool server cannot be reached or a profile names a tool no serve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.agent.runtime import tool_server_token
-from sidecar.config import SidecarConfig, resolve_model
+from sidecar.config import McpServerConfig, SidecarConfig, resolve_model
 from sidecar.errors import StartupError
 from sidecar.security.exposure import check_exposure
 from sidecar.security.identity import Authenticator
@@ -104,13 +107,26 @@ def _startable(
             channel_credentials(f"tool server {server.name}", server.tls)
         except StartupError as exc:
             refused(exc)
+    if config.mcp_servers:
+        from sidecar.tools.mcp.transport import child_environment, http_client
+
+        for mcp in config.mcp_servers:
+            try:
+                if mcp.command is not None:
+                    child_environment(mcp, environ)
+                else:
+                    http_client(mcp, environ)  # secret headers and TLS files; not used
+            except StartupError as exc:
+                refused(exc)
 
 
 async def _discover(config: SidecarConfig, environ: Mapping[str, str], found: Findings) -> None:
     catalog = ToolCatalog()
-    catalog.set_server_order([s.name for s in config.tool_servers])
+    catalog.set_server_order(
+        [s.name for s in config.tool_servers] + [s.name for s in config.mcp_servers]
+    )
 
-    async def listed(server: str, response: tool_pb2.ListToolsResponse) -> None:
+    async def listed(server: str, response: tool_pb2.ListToolsResponse, *_: Any) -> None:
         catalog.update(server, response)
 
     async def ask(connection: ToolServerConnection) -> None:
@@ -128,12 +144,39 @@ async def _discover(config: SidecarConfig, environ: Mapping[str, str], found: Fi
         for s in config.tool_servers
         if s.version_of is None  # a version serves its original's tools
     ]
-    await asyncio.gather(*(ask(c) for c in connections))
+    await asyncio.gather(
+        *(ask(c) for c in connections),
+        *(_ask_mcp(m, config, environ, listed, found) for m in config.mcp_servers),
+    )
     for name, profile in config.profiles.items():
         for tool in catalog.unknown(profile.tools or []):
             found.problems.append(
                 f"profile {name} names tool {tool!r}, which no tool server offers"
             )
+
+
+async def _ask_mcp(
+    server: McpServerConfig,
+    config: SidecarConfig,
+    environ: Mapping[str, str],
+    listed: Callable[..., Awaitable[None]],
+    found: Findings,
+) -> None:
+    """List an MCP server's tools through the bridge (starting its process, if it has one)."""
+    from sidecar.tools.mcp import McpServerConnection
+
+    connection = McpServerConnection(server, on_discovered=listed, environ=environ)
+    connection.start()
+    try:
+        async with asyncio.timeout(server.discovery_timeout):
+            await connection.discovered.wait()
+    except TimeoutError:
+        found.problems.append(
+            f"MCP server {server.name} ({connection.where}) did not list its tools: "
+            f"{connection.last_error or 'no answer within discovery_timeout'}"
+        )
+    finally:
+        await connection.close()
 
 
 async def check_config(

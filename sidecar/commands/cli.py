@@ -30,18 +30,8 @@ def _run(main: Coroutine[Any, Any, Any]) -> Any:
 
 def _serve(args: argparse.Namespace) -> int:
     from sidecar.commands.serve import serve
-    from sidecar.config import (
-        SidecarConfig,
-        dsn_password,
-        load_config,
-        parse_config,
-        resolve_api_key,
-        resolve_postgres_dsn,
-        secret_environment,
-    )
+    from sidecar.config import SidecarConfig, load_config, parse_config
     from sidecar.errors import ConfigError, TelemetryUnavailable
-    from sidecar.llm.transport import proxy_secrets
-    from sidecar.redaction import LogRedaction, Redactor
 
     def read() -> SidecarConfig:
         config = load_config(args.config, os.environ) if args.config else parse_config({})
@@ -59,13 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.errors import SessionStoreError, StartupError
 
     try:
-        api_key = resolve_api_key(config.model, os.environ)
-        dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
-        tokens = secret_environment(config, os.environ)
-        secrets = [api_key, dsn_password(dsn), *tokens.values(), *proxy_secrets(os.environ)]
-        redactor = Redactor(secrets, config.security.redact)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(LogRedaction(redactor))  # no secret in any log line
+        api_key, dsn, tokens, redactor = _secrets(config)
         _run(
             serve(
                 config,
@@ -86,6 +70,60 @@ def _serve(args: argparse.Namespace) -> int:
     except StartupError as exc:  # the configuration asks for what cannot be
         print(f"agent-sidecar: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _secrets(config: Any) -> tuple[str | None, str | None, dict[str, str], Any]:
+    """The model key, the store's connection string, the secrets the configuration names
+    (by variable), and a redactor of them all, installed on every log handler."""
+    from sidecar.config import (
+        dsn_password,
+        resolve_api_key,
+        resolve_postgres_dsn,
+        secret_environment,
+    )
+    from sidecar.llm.transport import proxy_secrets
+    from sidecar.redaction import LogRedaction, Redactor
+
+    api_key = resolve_api_key(config.model, os.environ)
+    dsn = resolve_postgres_dsn(config.sessions.postgres, os.environ)
+    tokens = secret_environment(config, os.environ)
+    secrets = [api_key, dsn_password(dsn), *tokens.values(), *proxy_secrets(os.environ)]
+    redactor = Redactor(secrets, config.security.redact)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(LogRedaction(redactor))  # no secret in any log line
+    return api_key, dsn, tokens, redactor
+
+
+def _mcp_stdio(args: argparse.Namespace) -> int:
+    from sidecar.commands.mcp_stdio import mcp_stdio
+    from sidecar.config import load_config, parse_config
+    from sidecar.errors import ConfigError, SessionStoreError, StartupError, Unauthenticated
+
+    try:
+        config = load_config(args.config, os.environ) if args.config else parse_config({})
+    except ConfigError as exc:
+        print(f"agent-sidecar: {exc}", file=sys.stderr)
+        return 2
+    token = os.environ.get(args.token_env, "") if args.token_env else None
+    try:
+        api_key, dsn, tokens, redactor = _secrets(config)
+        _run(
+            mcp_stdio(
+                config,
+                api_key=api_key,
+                postgres_dsn=dsn,
+                redactor=redactor,
+                environ=tokens,
+                token=token,
+            )
+        )
+    except (StartupError, Unauthenticated) as exc:
+        print(f"agent-sidecar mcp-stdio: {exc}", file=sys.stderr)
+        return 2
+    except SessionStoreError as exc:
+        print(f"agent-sidecar mcp-stdio: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -219,6 +257,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--config", help="YAML configuration file (default: built-in defaults)")
     serve.add_argument("--port", type=int, help="override server.port (0 picks a free port)")
     serve.set_defaults(handler=_serve)
+
+    stdio = commands.add_parser(
+        "mcp-stdio",
+        help="serve the MCP endpoint on stdin and stdout, for one desktop host",
+        parents=[logging_flags],
+    )
+    stdio.add_argument("--config", help="YAML configuration file (default: built-in defaults)")
+    stdio.add_argument(
+        "--token-env",
+        help="environment variable holding the caller's bearer token (with auth.principals)",
+    )
+    stdio.set_defaults(handler=_mcp_stdio)
 
     check = commands.add_parser(
         "check",

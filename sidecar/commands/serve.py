@@ -1,9 +1,9 @@
 """``agent-sidecar serve``: one process, from start to drain.
 
-:func:`serve` builds the :class:`~sidecar.agent.runtime.Runtime`, puts the gRPC front in
-front of it, reloads the configuration file on SIGHUP and when it changes
-(:class:`ConfigReloader`), and on SIGTERM or SIGINT drains the front and closes the
-runtime.
+:func:`serve` builds the :class:`~sidecar.agent.runtime.Runtime`, puts the gRPC front (and,
+with ``mcp.port``, the MCP front) in front of it, reloads the configuration file on SIGHUP
+and when it changes (:class:`ConfigReloader`), and on SIGTERM or SIGINT drains the fronts
+and closes the runtime.
 """
 
 from __future__ import annotations
@@ -162,12 +162,24 @@ async def serve(
         config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor, environ=environ
     )
     front = GrpcFront(runtime)
+    mcp_front = None
     try:
         await runtime.start()
         port = await front.start()
     except BaseException:
         await runtime.close()
         raise
+    if config.mcp.port is not None:
+        # The SDK's server side is imported only when the endpoint is configured.
+        from sidecar.mcp_server import McpFront
+
+        mcp_front = McpFront(runtime)
+        try:
+            await mcp_front.start()
+        except BaseException:
+            await front.stop(0)
+            await runtime.close()
+            raise
     # Start-up objects (modules, clients, schemas) live as long as the process; left in
     # sight of the collector, every full collection walks them all, a pause paid by the
     # requests in flight. Frozen, a collection walks only what requests allocate.
@@ -198,11 +210,16 @@ async def serve(
         print(f"health on {config.server.host}:{front.health_port}", flush=True)
     if config.server.unix_socket is not None:
         print(f"socket on unix:{config.server.unix_socket}", flush=True)
+    if mcp_front is not None:
+        print(f"mcp on {mcp_front.url}", flush=True)
     print(f"listening on {config.server.host}:{port}", flush=True)
     await stop.wait()
     if reloader is not None:
         await reloader.close()
     log.info("draining (grace %.1fs)", config.server.grace_period)
-    await front.stop(config.server.grace_period)
+    stops = [front.stop(config.server.grace_period)]
+    if mcp_front is not None:
+        stops.append(mcp_front.stop())
+    await asyncio.gather(*stops)
     await runtime.close()
     log.info("stopped")

@@ -8,6 +8,7 @@ explicit ``insecure: true`` that the sidecar repeats as a warning at every start
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from agentsidecar.addresses import is_loopback
 from sidecar.config import SidecarConfig
@@ -50,6 +51,32 @@ def check_exposure(config: SidecarConfig) -> list[str]:
             f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their tokens "
             "would cross the network in plaintext; set server.tls (docs/security.md)"
         )
+    mcp = config.mcp
+    if mcp.port is not None and not is_loopback(mcp.host):
+        if server.tls is None and tokens:
+            raise StartupError(
+                f"mcp.host {mcp.host} is not loopback, server.tls is unset and principals "
+                "prove who they are with bearer tokens: their tokens would cross the network "
+                "in plaintext; set server.tls (docs/security.md)"
+            )
+        if server.tls is None:
+            problems.append(f"mcp.host {mcp.host} is not loopback and server.tls is unset")
+        if not config.auth.principals:
+            problems.append(
+                f"mcp.host {mcp.host} is not loopback and auth.principals is empty "
+                "(every caller is anonymous)"
+            )
+    for mcp_server in config.mcp_servers:
+        url = urlsplit(mcp_server.url or "")
+        if url.scheme != "http" or is_loopback(url.hostname):
+            continue
+        if mcp_server.headers_from_env:
+            # Not waivable: secret headers sent in plaintext are secrets given away.
+            raise StartupError(
+                f"MCP server {mcp_server.name}: headers_from_env is set but {mcp_server.url} "
+                "is plain http beyond loopback; secrets travel only over https (or loopback)"
+            )
+        problems.append(f"MCP server {mcp_server.name}: {mcp_server.url} is plain http")
     if not is_loopback(server.host):
         if server.tls is None:
             problems.append(f"server.host {server.host} is not loopback and server.tls is unset")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
-from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.link import ToolLink
 from sidecar.types import ToolAvailability
 
 __all__ = ["ToolAccess"]
@@ -25,9 +25,7 @@ class ToolAccess:
         connections: The tool servers' connections, by name.
     """
 
-    def __init__(
-        self, catalog: ToolCatalog, connections: Mapping[str, ToolServerConnection]
-    ) -> None:
+    def __init__(self, catalog: ToolCatalog, connections: Mapping[str, ToolLink]) -> None:
         self.catalog = catalog
         self._connections = connections
 
@@ -55,7 +53,7 @@ class ToolAccess:
         return entries
 
     @staticmethod
-    def _availability(connection: ToolServerConnection) -> ToolAvailability:
+    def _availability(connection: ToolLink) -> ToolAvailability:
         if not connection.serving:
             return ToolAvailability.SERVER_UNAVAILABLE
         if not connection.breaker.allows_calls():

@@ -29,6 +29,7 @@ import fastjsonschema
 import orjson
 
 from agentsidecar.v1 import tool_pb2
+from sidecar.config import RetryPolicy
 from sidecar.context.trim import FieldTree, field_tree
 from sidecar.errors import ArgumentsInvalid
 from sidecar.schemas import compile_schema_safely
@@ -154,6 +155,8 @@ class CatalogTool:
     """The tool's declared version, part of its results' cache key."""
     result_fields: FieldTree = field(default_factory=dict)
     """The output fields the model needs (empty: all), as a tree of paths."""
+    retry: RetryPolicy | None = None
+    """Its own retry policy (an MCP tool's ``max_attempts``); None: its server's."""
 
     @property
     def qualified_name(self) -> str:
@@ -247,7 +250,9 @@ def _templates(texts: Sequence[str]) -> tuple[KeyTemplate, ...]:
     return tuple(out)
 
 
-def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> CatalogTool:
+def _build(
+    name: str, server: str, descriptor: tool_pb2.ToolDescriptor, retry: RetryPolicy | None
+) -> CatalogTool:
     try:
         schema, validate = compile_schema(descriptor.input_schema)
     except ValueError as exc:
@@ -275,6 +280,7 @@ def _build(name: str, server: str, descriptor: tool_pb2.ToolDescriptor) -> Catal
         cache_ttl=_seconds(descriptor.cache_ttl) if descriptor.HasField("cache_ttl") else None,
         version=descriptor.version,
         result_fields=field_tree(descriptor.result_fields),
+        retry=retry,
     )
 
 
@@ -284,6 +290,7 @@ class ToolCatalog:
     def __init__(self) -> None:
         self._by_server: dict[str, list[tool_pb2.ToolDescriptor]] = {}
         self._server_versions: dict[str, str] = {}
+        self._retries: dict[str, Mapping[str, RetryPolicy]] = {}
         self._tools: dict[str, CatalogTool] = {}
         self.version = 0
         self._definitions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -299,13 +306,20 @@ class ToolCatalog:
         """Fix the order servers' tools appear in (the configuration's order)."""
         self._server_order = list(names)
 
-    def update(self, server: str, response: tool_pb2.ListToolsResponse) -> bool:
-        """Record one server's tool list; return True when the catalog changed."""
+    def update(
+        self,
+        server: str,
+        response: tool_pb2.ListToolsResponse,
+        retries: Mapping[str, RetryPolicy] | None = None,
+    ) -> bool:
+        """Record one server's tool list (and its tools' own retry policies, by their
+        names on the server); return True when the catalog changed."""
         version = response.tool_set_version or response.SerializeToString().hex()
         if self._server_versions.get(server) == version and server in self._by_server:
             return False
         self._by_server[server] = list(response.tools)
         self._server_versions[server] = version
+        self._retries[server] = retries or {}
         self._rebuild()
         return True
 
@@ -332,7 +346,8 @@ class ToolCatalog:
                 built = self._built.get(key)
                 if built is None or built.descriptor != descriptor:
                     try:
-                        built = self._built[key] = _build(name, server, descriptor)
+                        retry = self._retries.get(server, {}).get(descriptor.name)
+                        built = self._built[key] = _build(name, server, descriptor, retry)
                     except Exception as exc:
                         # However a third-party descriptor fails to parse or compile, one
                         # broken tool must not take the server's other tools down.

@@ -34,6 +34,7 @@ from sidecar.errors import StartupError
 from sidecar.security.tls import channel_credentials
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.call_stream import CallStream, StreamedCallError
+from sidecar.tools.link import CallHooks
 from sidecar.types import BreakerState
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ StateListener = Callable[[str, BreakerState, BreakerState], None]
 
 class ToolServerConnection:
     """A tool server's channel, stub, health and circuit breaker."""
+
+    interactive = False
+    """Its calls report no progress and ask nothing (see :mod:`sidecar.tools.link`)."""
 
     def __init__(
         self,
@@ -177,6 +181,7 @@ class ToolServerConnection:
         request: tool_pb2.CallToolRequest,
         timeout: float,
         metadata: Sequence[tuple[str, str | bytes]],
+        hooks: CallHooks | None = None,
     ) -> tool_pb2.ToolResult:
         """Run one call on the server: on its stream, or as one ``CallTool``.
 
@@ -220,6 +225,10 @@ class ToolServerConnection:
     def available(self) -> bool:
         """True when a call would be attempted now: serving, breaker not refusing."""
         return self.serving and self.breaker.allows_calls()
+
+    @property
+    def where(self) -> str:
+        return self.config.address
 
     def _breaker_changed(self, name: str, old: BreakerState, new: BreakerState) -> None:
         if new is BreakerState.OPEN:

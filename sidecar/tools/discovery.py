@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from agentsidecar.v1 import tool_pb2
+from sidecar.config import RetryPolicy
 from sidecar.tools.catalog import ToolCatalog
 
 __all__ = ["Discovery"]
@@ -36,8 +37,13 @@ class Discovery:
         self._on_change = on_change
         self._lock = asyncio.Lock()
 
-    async def discovered(self, server: str, response: tool_pb2.ListToolsResponse) -> None:
-        """A connection's discovery listener."""
+    async def discovered(
+        self,
+        server: str,
+        response: tool_pb2.ListToolsResponse,
+        retries: Mapping[str, RetryPolicy] | None = None,
+    ) -> None:
+        """A connection's discovery listener; ``retries``: tools' own retry policies."""
         original = self._version_of.get(server)
         if original is not None:
             log.info(
@@ -47,7 +53,7 @@ class Discovery:
         # Schemas compile off the event loop (bounded in size, no remote references),
         # one server's list at a time.
         async with self._lock:
-            changed = await asyncio.to_thread(self._catalog.update, server, response)
+            changed = await asyncio.to_thread(self._catalog.update, server, response, retries)
         if changed:
             log.info("tool server %s: %d tools", server, len(response.tools))
             self._on_change()

@@ -35,9 +35,17 @@ from sidecar.config import RetryPolicy
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ArgumentsInvalid, BreakerOpenError
 from sidecar.tools.catalog import CatalogTool, ToolCatalog, allows
-from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.link import CallHooks, ToolLink
 from sidecar.tools.result_cache import ResultCache
-from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcome
+from sidecar.types import (
+    Clock,
+    Decision,
+    EventSink,
+    ToolCall,
+    ToolCallStatus,
+    ToolOutcome,
+    ToolQuestion,
+)
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
@@ -60,6 +68,8 @@ _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EX
 _TOO_LARGE = "CLIENT: Received message larger than max"
 
 Approver = Callable[[int, ToolCall, CatalogTool], Awaitable[tuple[bool, str]]]
+Asker = Callable[[int, ToolCall, ToolQuestion], Awaitable[Decision]]
+"""Asks a running call's question of the caller (an MCP server's elicitation)."""
 ToolCallListener = Callable[[ToolCall, "str | None", ToolOutcome], None]
 """Told of every call's end: the call, its tool's server (None: no such tool), its outcome."""
 DispatchGuard = Callable[[int, ToolCall, CatalogTool], Awaitable[None]]
@@ -83,6 +93,8 @@ class StepScope:
     """Receives started/finished events, when the caller streams."""
     approver: Approver | None = None
     """Asked for tools that require approval; None denies them."""
+    asker: Asker | None = None
+    """Asked a running call's questions; None declines them."""
     metadata: Sequence[tuple[str, str]] = ()
     """gRPC metadata to send with each call (trace context)."""
     identity: RunIdentity | None = None
@@ -230,7 +242,7 @@ class Dispatcher:
     def __init__(
         self,
         catalog: ToolCatalog,
-        connections: Mapping[str, ToolServerConnection],
+        connections: Mapping[str, ToolLink],
         results: ResultCache | None = None,
         redact: Callable[[str], str] | None = None,
         *,
@@ -244,7 +256,7 @@ class Dispatcher:
         """The most bytes of a call's arguments, or of its result, passed on."""
         self._pick = random.Random()
 
-    def _connection(self, server: str, scope: StepScope) -> ToolServerConnection:
+    def _connection(self, server: str, scope: StepScope) -> ToolLink:
         """The connection a call to ``server``'s tool goes to: by weight among its
         versions that are available now; the server itself when none is."""
         versions = scope.versions.get(server)
@@ -425,6 +437,7 @@ class Dispatcher:
             metadata=sent,
             redact=self._redact,
             max_text=self._max_text,
+            hooks=_hooks(scope, call) if connection.interactive else None,
         )
         if scope.before_dispatch is not None:
             await scope.before_dispatch(scope.step, call, tool)
@@ -487,6 +500,7 @@ class _Attempt:
         "_call",
         "_connection",
         "_deadline",
+        "_hooks",
         "_max_text",
         "_metadata",
         "_own_timeout",
@@ -500,15 +514,17 @@ class _Attempt:
     def __init__(
         self,
         *,
-        connection: ToolServerConnection,
+        connection: ToolLink,
         tool: CatalogTool,
         call: ToolCall,
         deadline: float,
         metadata: Sequence[tuple[str, str | bytes]],
         redact: Callable[[str], str] | None,
         max_text: int,
+        hooks: CallHooks | None = None,
     ) -> None:
         self._max_text = max_text
+        self._hooks = hooks
         self._connection = connection
         self._redact = redact
         self._tool = tool
@@ -539,7 +555,7 @@ class _Attempt:
         except _Failed as exc:
             # Retries only for idempotent tools, only on codes that say "try again";
             # tenacity's bookkeeping is paid only then.
-            retry = self._connection.config.retry
+            retry = self._tool.retry or self._connection.config.retry
             if exc.too_large or not (
                 self._tool.idempotent and retry.max_attempts > 1 and exc.code in _RETRYABLE
             ):
@@ -557,7 +573,7 @@ class _Attempt:
         breaker = connection.breaker
         permit = breaker.admit()
         try:
-            result = await connection.call(self._request, remaining, self._metadata)
+            result = await connection.call(self._request, remaining, self._metadata, self._hooks)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             details = exc.details() or ""
@@ -613,6 +629,26 @@ class _Attempt:
             time_allowed=self.allowed,
             server=self._connection.name,
         )
+
+
+def _hooks(scope: StepScope, call: ToolCall) -> CallHooks:
+    """What a call to an interactive link tells and asks its caller."""
+    sink, asker, step = scope.sink, scope.asker, scope.step
+
+    def progress(done: float, total: float | None, message: str) -> None:
+        assert sink is not None
+        sink.tool_call_progress(step, call.id, call.name, done, total, message)
+
+    async def ask(question: ToolQuestion) -> Decision:
+        assert asker is not None
+        if sink is not None:
+            sink.approval_required(step, call.id, call.name, call.arguments, False, question)
+        return await asker(step, call, question)
+
+    return CallHooks(
+        progress=progress if sink is not None else None,
+        ask=ask if asker is not None else None,
+    )
 
 
 def _capped(content: str, limit: int) -> str:

@@ -21,7 +21,14 @@ from sidecar.agent import Runtime
 from sidecar.config import parse_config
 from sidecar.security.identity import ANONYMOUS
 from sidecar.testing import ServerProcess
-from sidecar.types import BudgetOverrun, Stage, StopReason, ToolCallStatus, ToolOutcome
+from sidecar.types import (
+    BudgetOverrun,
+    Stage,
+    StopReason,
+    ToolCallStatus,
+    ToolOutcome,
+    ToolQuestion,
+)
 from tests.support.stack import SimControl, scripted_toolserver, sidecar_config, simulator
 
 
@@ -45,9 +52,26 @@ class Events:
         self.finished.append(outcome)
 
     def approval_required(
-        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        arguments: str,
+        destructive: bool,
+        question: ToolQuestion | None = None,
     ) -> None:
         self.kinds.append("approval_required")
+
+    def tool_call_progress(
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        progress: float,
+        total: float | None,
+        message: str,
+    ) -> None:
+        self.kinds.append("tool_call_progress")
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
         self.kinds.append("step_finished")

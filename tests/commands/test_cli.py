@@ -12,7 +12,7 @@ import yaml
 
 from sidecar import testing
 from sidecar.telemetry import own_version
-from tests.support import SCRIPTED_TOOLSERVER
+from tests.support import SCRIPTED_TOOLSERVER, SUPPORT
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -213,3 +213,29 @@ def test_serve_fills_variables_in_its_file_from_its_environment(tmp_path: Path) 
         testing.wait_serving(side.address, timeout=30)  # SIGTERM now drains
     finally:
         assert side.stop() == 0
+
+
+def test_check_lists_mcp_servers_tools_and_names_their_missing_secrets(tmp_path: Path) -> None:
+    edge = {
+        "name": "edge",
+        "command": sys.executable,
+        "args": [str(SUPPORT / "mcp_edge_server.py")],
+    }
+    config = testing.sidecar_config(
+        "127.0.0.1:9",
+        [],
+        mcp_servers=[edge],
+        profiles={"default": {"tools": ["echo", "edge.slow", "nothing_like_it"]}},
+    )
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(config))
+    found = _check(path)
+    config["mcp_servers"][0]["env_from"] = {"TOKEN": "EDGE_TOKEN_UNSET"}
+    path.write_text(yaml.safe_dump(config))
+    refused = _check(path, "--offline")
+    assert found.returncode == 1, found.stdout + found.stderr
+    problems = [line for line in found.stdout.splitlines() if line.startswith("problem:")]
+    assert problems == [
+        "problem: profile default names tool 'nothing_like_it', which no tool server offers"
+    ]
+    assert refused.returncode == 2 and "EDGE_TOKEN_UNSET" in refused.stdout

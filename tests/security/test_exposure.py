@@ -211,3 +211,45 @@ def test_claiming_a_socket_path(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UnixSocketError, match="exists and is not a socket"):
         claim_unix_socket(str(tmp_path / "file"))
+
+
+@pytest.mark.property
+@given(
+    host=st.sampled_from(["0.0.0.0", "10.0.0.5", "sidecar.internal"]),
+    tls=st.booleans(),
+    principals=st.sampled_from(["none", "token"]),
+    insecure=st.booleans(),
+)
+def test_an_exposed_mcp_endpoint_follows_the_grpc_ports_rules(
+    host: str, tls: bool, principals: str, insecure: bool
+) -> None:
+    server: dict[str, Any] = {"insecure": insecure}
+    if tls:
+        server["tls"] = {"cert_file": "c.pem", "key_file": "k.pem"}
+    listed = [PRINCIPAL] if principals == "token" else []
+    config = parse_config(
+        {"server": server, "auth": {"principals": listed}, "mcp": {"port": 0, "host": host}}
+    )
+    if principals == "token" and not tls:
+        with pytest.raises(StartupError) as refused:
+            check_exposure(config)
+        assert "mcp.host" in str(refused.value) and "plaintext" in str(refused.value)
+    elif (tls and principals == "token") or insecure:
+        warnings = check_exposure(config)
+        assert bool(warnings) is not (tls and principals == "token")
+    else:
+        with pytest.raises(StartupError):
+            check_exposure(config)
+
+
+def test_secret_headers_never_go_to_a_plain_http_mcp_server_beyond_loopback() -> None:
+    remote = {"name": "remote", "url": "http://tools.internal/mcp"}
+    secret = {**remote, "headers_from_env": {"Authorization": "REMOTE_AUTH"}}
+    with pytest.raises(StartupError) as refused:
+        check_exposure(parse_config({"mcp_servers": [secret], "server": {"insecure": True}}))
+    assert "headers_from_env" in str(refused.value) and "REMOTE_AUTH" not in str(refused.value)
+    with pytest.raises(StartupError):
+        check_exposure(parse_config({"mcp_servers": [remote]}))
+    assert check_exposure(parse_config({"mcp_servers": [remote], "server": {"insecure": True}}))
+    local = {"name": "local", "url": "http://127.0.0.1:9/mcp", "headers_from_env": {"X": "Y"}}
+    assert check_exposure(parse_config({"mcp_servers": [local]})) == []

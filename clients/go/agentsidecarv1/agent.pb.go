@@ -1432,6 +1432,7 @@ type StreamRunResponse struct {
 	//	*StreamRunResponse_RunFinished
 	//	*StreamRunResponse_BudgetExceeded
 	//	*StreamRunResponse_RunResumed
+	//	*StreamRunResponse_ToolCallProgress
 	Event         isStreamRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1569,6 +1570,15 @@ func (x *StreamRunResponse) GetRunResumed() *RunResumed {
 	return nil
 }
 
+func (x *StreamRunResponse) GetToolCallProgress() *ToolCallProgress {
+	if x != nil {
+		if x, ok := x.Event.(*StreamRunResponse_ToolCallProgress); ok {
+			return x.ToolCallProgress
+		}
+	}
+	return nil
+}
+
 type isStreamRunResponse_Event interface {
 	isStreamRunResponse_Event()
 }
@@ -1623,6 +1633,13 @@ type StreamRunResponse_RunResumed struct {
 	RunResumed *RunResumed `protobuf:"bytes,11,opt,name=run_resumed,json=runResumed,proto3,oneof"`
 }
 
+type StreamRunResponse_ToolCallProgress struct {
+	// A running tool call reported progress (an MCP server's progress
+	// notification). Zero or more between tool_call_started and
+	// tool_call_finished of the same call.
+	ToolCallProgress *ToolCallProgress `protobuf:"bytes,12,opt,name=tool_call_progress,json=toolCallProgress,proto3,oneof"`
+}
+
 func (*StreamRunResponse_RunStarted) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_TextDelta) isStreamRunResponse_Event() {}
@@ -1640,6 +1657,8 @@ func (*StreamRunResponse_RunFinished) isStreamRunResponse_Event() {}
 func (*StreamRunResponse_BudgetExceeded) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_RunResumed) isStreamRunResponse_Event() {}
+
+func (*StreamRunResponse_ToolCallProgress) isStreamRunResponse_Event() {}
 
 // RunResumed says a background run goes on after the replica running it
 // stopped mid-run (docs/background-runs.md says when a run is resumed and
@@ -2020,7 +2039,12 @@ type ApprovalRequired struct {
 	// The arguments the model produced (JSON text).
 	Arguments string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// True when the tool's effect cannot be undone.
-	Destructive   bool `protobuf:"varint,5,opt,name=destructive,proto3" json:"destructive,omitempty"`
+	Destructive bool `protobuf:"varint,5,opt,name=destructive,proto3" json:"destructive,omitempty"`
+	// Set when the running tool asks the caller something (an MCP server's
+	// elicitation) rather than the call needing approval to start. Approve
+	// with an answer matching question.requested_schema to answer it; deny to
+	// decline. The same call_id may then ask again.
+	Question      *ToolQuestion `protobuf:"bytes,6,opt,name=question,proto3" json:"question,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2090,6 +2114,161 @@ func (x *ApprovalRequired) GetDestructive() bool {
 	return false
 }
 
+func (x *ApprovalRequired) GetQuestion() *ToolQuestion {
+	if x != nil {
+		return x.Question
+	}
+	return nil
+}
+
+// ToolQuestion is what a running tool asks its caller.
+type ToolQuestion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question, for a person to read.
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// The JSON Schema (JSON text) of the answer: an object whose properties
+	// are strings, numbers, integers, booleans or enums of strings. "{}" when
+	// the question only wants a yes or a no.
+	RequestedSchema string `protobuf:"bytes,2,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ToolQuestion) Reset() {
+	*x = ToolQuestion{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolQuestion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolQuestion) ProtoMessage() {}
+
+func (x *ToolQuestion) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolQuestion.ProtoReflect.Descriptor instead.
+func (*ToolQuestion) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ToolQuestion) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ToolQuestion) GetRequestedSchema() string {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return ""
+}
+
+// ToolCallProgress is one progress report of a running tool call.
+type ToolCallProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step the call belongs to, from 1.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The model's id for the call.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's name.
+	ToolName string `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// How far the call has come; increases with every report.
+	Progress float64 `protobuf:"fixed64,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	// What progress counts up to; 0 when the tool does not know.
+	Total float64 `protobuf:"fixed64,5,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, for a person to read. May be empty.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallProgress) Reset() {
+	*x = ToolCallProgress{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallProgress) ProtoMessage() {}
+
+func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
+func (*ToolCallProgress) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ToolCallProgress) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // StepFinished closes one step of the loop.
 type StepFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2103,7 +2282,7 @@ type StepFinished struct {
 
 func (x *StepFinished) Reset() {
 	*x = StepFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2294,7 @@ func (x *StepFinished) String() string {
 func (*StepFinished) ProtoMessage() {}
 
 func (x *StepFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2307,7 @@ func (x *StepFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepFinished.ProtoReflect.Descriptor instead.
 func (*StepFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StepFinished) GetStep() uint32 {
@@ -2161,7 +2340,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2352,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2365,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunRequest) GetSessionId() string {
@@ -2223,7 +2402,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2414,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2427,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunResponse) GetRunId() string {
@@ -2297,7 +2476,7 @@ type RunResult struct {
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2488,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2501,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunResult) GetAnswer() string {
@@ -2411,7 +2590,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2602,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2615,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunError) GetCode() string {
@@ -2475,7 +2654,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2666,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2679,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TokenUsage) GetPromptTokens() uint64 {
@@ -2553,7 +2732,7 @@ type Cost struct {
 
 func (x *Cost) Reset() {
 	*x = Cost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2744,7 @@ func (x *Cost) String() string {
 func (*Cost) ProtoMessage() {}
 
 func (x *Cost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2757,7 @@ func (x *Cost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cost.ProtoReflect.Descriptor instead.
 func (*Cost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Cost) GetPromptUsd() float64 {
@@ -2643,7 +2822,7 @@ type ModelCost struct {
 
 func (x *ModelCost) Reset() {
 	*x = ModelCost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2834,7 @@ func (x *ModelCost) String() string {
 func (*ModelCost) ProtoMessage() {}
 
 func (x *ModelCost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2847,7 @@ func (x *ModelCost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
 func (*ModelCost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelCost) GetModel() string {
@@ -2704,7 +2883,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +2895,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +2908,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -2782,7 +2961,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2973,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2986,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -2850,7 +3029,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3041,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3054,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -2985,7 +3164,7 @@ type ModelCallTiming struct {
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3176,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3189,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -3105,7 +3284,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3296,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3309,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -3213,14 +3392,19 @@ type ApproveToolCallRequest struct {
 	// The decision.
 	Decision ApprovalDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=agentsidecar.v1.ApprovalDecision" json:"decision,omitempty"`
 	// Why, shown to the model when the call is denied. May be empty.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The answer to an approval_required event's question: a JSON object
+	// matching its requested_schema, as text. Empty means {}. An answer that
+	// does not match fails with INVALID_ARGUMENT and the question stays open.
+	// Ignored for approvals without a question.
+	Answer        string `protobuf:"bytes,5,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3416,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3429,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -3276,6 +3460,13 @@ func (x *ApproveToolCallRequest) GetReason() string {
 	return ""
 }
 
+func (x *ApproveToolCallRequest) GetAnswer() string {
+	if x != nil {
+		return x.Answer
+	}
+	return ""
+}
+
 // ApproveToolCallResponse confirms that a decision was delivered.
 type ApproveToolCallResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3285,7 +3476,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3488,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3501,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -3324,7 +3515,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3527,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3540,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3371,7 +3562,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3574,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3587,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3427,7 +3618,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3630,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3643,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3495,7 +3686,7 @@ type RunCallback struct {
 
 func (x *RunCallback) Reset() {
 	*x = RunCallback{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3698,7 @@ func (x *RunCallback) String() string {
 func (*RunCallback) ProtoMessage() {}
 
 func (x *RunCallback) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3711,7 @@ func (x *RunCallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCallback.ProtoReflect.Descriptor instead.
 func (*RunCallback) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunCallback) GetUrl() string {
@@ -3551,7 +3742,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3754,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3767,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StartRunRequest) GetSessionId() string {
@@ -3618,7 +3809,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3821,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3834,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -3692,7 +3883,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3895,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3908,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Run) GetRunId() string {
@@ -3824,7 +4015,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +4027,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +4040,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -3877,7 +4068,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3889,7 +4080,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3902,7 +4093,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchRunResponse) GetEvent() *StreamRunResponse {
@@ -3923,7 +4114,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4126,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4139,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -3969,7 +4160,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3981,7 +4172,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3994,7 +4185,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -4021,7 +4212,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +4224,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +4237,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListRunsRequest) GetSessionId() string {
@@ -4083,7 +4274,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +4286,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +4299,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -4136,7 +4327,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4339,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4352,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -4184,7 +4375,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4387,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4400,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -4281,7 +4472,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
 	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
-	"outputMode\"\xd4\x05\n" +
+	"outputMode\"\xa7\x06\n" +
 	"\x11StreamRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\rR\bsequence\x12>\n" +
@@ -4297,7 +4488,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x0fbudget_exceeded\x18\n" +
 	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceeded\x12>\n" +
 	"\vrun_resumed\x18\v \x01(\v2\x1b.agentsidecar.v1.RunResumedH\x00R\n" +
-	"runResumedB\a\n" +
+	"runResumed\x12Q\n" +
+	"\x12tool_call_progress\x18\f \x01(\v2!.agentsidecar.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
 	"\x05event\":\n" +
 	"\n" +
 	"RunResumed\x12\x12\n" +
@@ -4325,13 +4517,24 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12\x18\n" +
 	"\acontent\x18\x05 \x01(\tR\acontent\x125\n" +
 	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
-	"\battempts\x18\a \x01(\rR\battempts\"\x9c\x01\n" +
+	"\battempts\x18\a \x01(\rR\battempts\"\xd7\x01\n" +
 	"\x10ApprovalRequired\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x1b\n" +
 	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1c\n" +
 	"\targuments\x18\x04 \x01(\tR\targuments\x12 \n" +
-	"\vdestructive\x18\x05 \x01(\bR\vdestructive\"Y\n" +
+	"\vdestructive\x18\x05 \x01(\bR\vdestructive\x129\n" +
+	"\bquestion\x18\x06 \x01(\v2\x1d.agentsidecar.v1.ToolQuestionR\bquestion\"S\n" +
+	"\fToolQuestion\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12)\n" +
+	"\x10requested_schema\x18\x02 \x01(\tR\x0frequestedSchema\"\xa8\x01\n" +
+	"\x10ToolCallProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x1b\n" +
+	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1a\n" +
+	"\bprogress\x18\x04 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"Y\n" +
 	"\fStepFinished\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x125\n" +
 	"\btimeline\x18\x02 \x01(\v2\x19.agentsidecar.v1.TimelineR\btimeline\"\x7f\n" +
@@ -4421,13 +4624,14 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\fcache_result\x18\t \x01(\x0e2 .agentsidecar.v1.ToolCacheResultR\vcacheResult\x12:\n" +
 	"\vcache_saved\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"cacheSaved\"\xa7\x01\n" +
+	"cacheSaved\"\xbf\x01\n" +
 	"\x16ApproveToolCallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12=\n" +
 	"\bdecision\x18\x03 \x01(\x0e2!.agentsidecar.v1.ApprovalDecisionR\bdecision\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x19\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06answer\x18\x05 \x01(\tR\x06answer\"\x19\n" +
 	"\x17ApproveToolCallResponse\"8\n" +
 	"\x17ListSessionToolsRequest\x12\x1d\n" +
 	"\n" +
@@ -4598,7 +4802,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
@@ -4627,148 +4831,152 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(*ToolCallStarted)(nil),          // 24: agentsidecar.v1.ToolCallStarted
 	(*ToolCallFinished)(nil),         // 25: agentsidecar.v1.ToolCallFinished
 	(*ApprovalRequired)(nil),         // 26: agentsidecar.v1.ApprovalRequired
-	(*StepFinished)(nil),             // 27: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 28: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 29: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 30: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 31: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 32: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 33: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 34: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 35: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 36: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 37: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 38: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 39: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 40: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 41: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 42: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 43: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 44: agentsidecar.v1.SessionTool
-	(*RunCallback)(nil),              // 45: agentsidecar.v1.RunCallback
-	(*StartRunRequest)(nil),          // 46: agentsidecar.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 47: agentsidecar.v1.StartRunResponse
-	(*Run)(nil),                      // 48: agentsidecar.v1.Run
-	(*WatchRunRequest)(nil),          // 49: agentsidecar.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),         // 50: agentsidecar.v1.WatchRunResponse
-	(*GetRunRequest)(nil),            // 51: agentsidecar.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 52: agentsidecar.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 53: agentsidecar.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 54: agentsidecar.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),         // 55: agentsidecar.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),        // 56: agentsidecar.v1.CancelRunResponse
-	nil,                              // 57: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 58: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 61: agentsidecar.v1.ToolDescriptor
+	(*ToolQuestion)(nil),             // 27: agentsidecar.v1.ToolQuestion
+	(*ToolCallProgress)(nil),         // 28: agentsidecar.v1.ToolCallProgress
+	(*StepFinished)(nil),             // 29: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 30: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 31: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 32: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 33: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 34: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 35: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 36: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 37: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 38: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 39: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 40: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 41: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 42: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 43: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 44: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 45: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 46: agentsidecar.v1.SessionTool
+	(*RunCallback)(nil),              // 47: agentsidecar.v1.RunCallback
+	(*StartRunRequest)(nil),          // 48: agentsidecar.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 49: agentsidecar.v1.StartRunResponse
+	(*Run)(nil),                      // 50: agentsidecar.v1.Run
+	(*WatchRunRequest)(nil),          // 51: agentsidecar.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),         // 52: agentsidecar.v1.WatchRunResponse
+	(*GetRunRequest)(nil),            // 53: agentsidecar.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 54: agentsidecar.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 55: agentsidecar.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 56: agentsidecar.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),         // 57: agentsidecar.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),        // 58: agentsidecar.v1.CancelRunResponse
+	nil,                              // 59: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 60: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 62: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 63: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	57, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	59, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
 	17, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
 	17, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	58, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	59, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	59, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	60, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	61, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	61, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	18, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	59, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	59, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	32, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	61, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	61, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	34, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	22, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
 	23, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
 	24, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
 	25, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
 	26, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	27, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	30, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	35, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	29, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	32, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	37, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
 	21, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
-	1,  // 21: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	60, // 22: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	36, // 23: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 24: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	30, // 25: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	2,  // 26: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	31, // 27: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	32, // 28: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	33, // 29: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	36, // 30: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	35, // 31: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	34, // 32: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	3,  // 33: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	60, // 34: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	60, // 35: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 36: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	37, // 37: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	60, // 38: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 39: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	60, // 40: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	60, // 41: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	38, // 42: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	39, // 43: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	60, // 44: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	60, // 45: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	60, // 46: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	60, // 47: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	32, // 48: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	60, // 49: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 50: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	60, // 51: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	60, // 52: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	60, // 53: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	60, // 54: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 55: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	60, // 56: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 57: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	44, // 58: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	61, // 59: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 60: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	0,  // 61: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	45, // 62: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
-	48, // 63: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
-	9,  // 64: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
-	59, // 65: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	59, // 66: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
-	59, // 67: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	30, // 68: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
-	26, // 69: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
-	10, // 70: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
-	0,  // 71: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
-	20, // 72: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
-	48, // 73: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
-	48, // 74: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
-	48, // 75: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
-	11, // 76: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	13, // 77: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	15, // 78: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	19, // 79: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	28, // 80: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	40, // 81: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	42, // 82: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	46, // 83: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
-	49, // 84: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
-	51, // 85: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
-	53, // 86: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
-	55, // 87: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
-	12, // 88: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	14, // 89: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	16, // 90: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	20, // 91: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	29, // 92: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	41, // 93: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	43, // 94: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	47, // 95: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
-	50, // 96: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
-	52, // 97: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
-	54, // 98: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
-	56, // 99: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
-	88, // [88:100] is the sub-list for method output_type
-	76, // [76:88] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	28, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
+	1,  // 22: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	62, // 23: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	27, // 24: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
+	38, // 25: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 26: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	32, // 27: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	2,  // 28: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	33, // 29: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	34, // 30: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	35, // 31: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	38, // 32: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	37, // 33: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	36, // 34: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	3,  // 35: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	62, // 36: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	62, // 37: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	4,  // 38: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	39, // 39: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	62, // 40: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	5,  // 41: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	62, // 42: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	62, // 43: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	40, // 44: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	41, // 45: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	62, // 46: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	62, // 47: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	62, // 48: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	62, // 49: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	34, // 50: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	62, // 51: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	1,  // 52: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	62, // 53: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	62, // 54: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	62, // 55: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	62, // 56: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	6,  // 57: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	62, // 58: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 59: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	46, // 60: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	63, // 61: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	8,  // 62: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	0,  // 63: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	47, // 64: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
+	50, // 65: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
+	9,  // 66: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
+	61, // 67: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	61, // 68: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	61, // 69: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	32, // 70: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
+	26, // 71: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
+	10, // 72: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
+	0,  // 73: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
+	20, // 74: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
+	50, // 75: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
+	50, // 76: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
+	50, // 77: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
+	11, // 78: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	13, // 79: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	15, // 80: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	19, // 81: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	30, // 82: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	42, // 83: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	44, // 84: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	48, // 85: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
+	51, // 86: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
+	53, // 87: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
+	55, // 88: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
+	57, // 89: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
+	12, // 90: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	14, // 91: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	16, // 92: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	20, // 93: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	31, // 94: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	43, // 95: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	45, // 96: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	49, // 97: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
+	52, // 98: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
+	54, // 99: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
+	56, // 100: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
+	58, // 101: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
+	90, // [90:102] is the sub-list for method output_type
+	78, // [78:90] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -4787,8 +4995,9 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_RunFinished)(nil),
 		(*StreamRunResponse_BudgetExceeded)(nil),
 		(*StreamRunResponse_RunResumed)(nil),
+		(*StreamRunResponse_ToolCallProgress)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[26].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -4798,7 +5007,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

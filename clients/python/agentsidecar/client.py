@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -58,15 +60,23 @@ class Decision:
     Attributes:
         approved: True runs the call; False denies it.
         reason: Why it was denied, shown to the model. Ignored for an approval.
+        answer: The answer to the event's ``question`` (a running tool asking its caller),
+            a JSON object matching ``question.requested_schema``; None for no question.
     """
 
     approved: bool
     reason: str = ""
+    answer: Mapping[str, Any] | None = None
 
     @classmethod
     def approve(cls) -> Decision:
         """Run the call."""
         return cls(True)
+
+    @classmethod
+    def reply(cls, answer: Mapping[str, Any]) -> Decision:
+        """Answer the tool's question with ``answer``."""
+        return cls(True, answer=answer)
 
     @classmethod
     def deny(cls, reason: str = "") -> Decision:
@@ -270,6 +280,7 @@ class AgentClient:
                 request.call_id,
                 approved=answer.approved,
                 reason=answer.reason,
+                answer=answer.answer,
             )
         except grpc.aio.AioRpcError as exc:
             # The call stopped waiting meanwhile (its approval timed out): its own events
@@ -299,15 +310,22 @@ class AgentClient:
         *,
         approved: bool,
         reason: str = "",
+        answer: Mapping[str, Any] | None = None,
         timeout: float | None = 10.0,
     ) -> None:
-        """Approve or deny a tool call announced by an ``approval_required`` event."""
+        """Approve or deny a tool call announced by an ``approval_required`` event; with a
+        ``question`` in the event, ``answer`` answers it (a JSON object matching its
+        ``requested_schema``)."""
         decision = (
             agent_pb2.APPROVAL_DECISION_APPROVE if approved else agent_pb2.APPROVAL_DECISION_DENY
         )
         await self.stub.ApproveToolCall(
             agent_pb2.ApproveToolCallRequest(
-                session_id=session_id, call_id=call_id, decision=decision, reason=reason
+                session_id=session_id,
+                call_id=call_id,
+                decision=decision,
+                reason=reason,
+                answer=json.dumps(answer) if answer is not None else "",
             ),
             timeout=timeout,
             metadata=self._auth or None,

@@ -41,6 +41,7 @@ from sidecar.types import (
     Stage,
     ToolCall,
     ToolOutcome,
+    ToolQuestion,
     Turn,
 )
 
@@ -237,9 +238,15 @@ class Journal:
         self._settled(outcome.call_id)
 
     def approval_required(
-        self, step: int, call_id: str, tool_name: str, arguments: str, destructive: bool
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        arguments: str,
+        destructive: bool,
+        question: ToolQuestion | None = None,
     ) -> None:
-        self._add("approval_required", step, call_id, tool_name, arguments, destructive)
+        self._add("approval_required", step, call_id, tool_name, arguments, destructive, question)
         cap = self._settings.max_event_bytes // 4
         self._waiting[call_id] = PendingApproval(
             step=step,
@@ -257,6 +264,17 @@ class Journal:
                 self._state = RunState.WORKING
             self._state_changed = True
             self._soon(now=True)
+
+    def tool_call_progress(
+        self,
+        step: int,
+        call_id: str,
+        tool_name: str,
+        progress: float,
+        total: float | None,
+        message: str,
+    ) -> None:
+        self._add("tool_call_progress", step, call_id, tool_name, progress, total, message)
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
         self._add("step_finished", step, stages, total)

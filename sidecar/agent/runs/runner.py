@@ -44,6 +44,7 @@ from sidecar.errors import (
     CallNotPending,
     Draining,
     InputTooLarge,
+    InvalidRequest,
     Overloaded,
     PermissionDenied,
     ProfileRemoved,
@@ -519,7 +520,9 @@ class Runner:
             active = self._active.get(decision.run_id)
             if active is None:
                 continue
-            with contextlib.suppress(CallNotPending):  # decided here, or timed out, meanwhile
+            # Decided here or timed out meanwhile; or an answer to a tool's question, which
+            # the store does not carry, so the question stays open (docs/background-runs.md).
+            with contextlib.suppress(CallNotPending, InvalidRequest):
                 self._approvals.decide(
                     active.record.session_key,
                     decision.call_id,

@@ -286,7 +286,7 @@ class StreamRunRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded", "run_resumed")
+    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded", "run_resumed", "tool_call_progress")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +298,7 @@ class StreamRunResponse(_message.Message):
     RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     RUN_RESUMED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     sequence: int
     run_started: RunStarted
@@ -309,7 +310,8 @@ class StreamRunResponse(_message.Message):
     run_finished: RunResult
     budget_exceeded: BudgetExceeded
     run_resumed: RunResumed
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ...) -> None: ...
+    tool_call_progress: ToolCallProgress
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ..., tool_call_progress: _Optional[_Union[ToolCallProgress, _Mapping]] = ...) -> None: ...
 
 class RunResumed(_message.Message):
     __slots__ = ("step", "attempt")
@@ -370,18 +372,44 @@ class ToolCallFinished(_message.Message):
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., content: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class ApprovalRequired(_message.Message):
-    __slots__ = ("step", "call_id", "tool_name", "arguments", "destructive")
+    __slots__ = ("step", "call_id", "tool_name", "arguments", "destructive", "question")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     DESTRUCTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool_name: str
     arguments: str
     destructive: bool
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[str] = ..., destructive: _Optional[bool] = ...) -> None: ...
+    question: ToolQuestion
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments: _Optional[str] = ..., destructive: _Optional[bool] = ..., question: _Optional[_Union[ToolQuestion, _Mapping]] = ...) -> None: ...
+
+class ToolQuestion(_message.Message):
+    __slots__ = ("message", "requested_schema")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    requested_schema: str
+    def __init__(self, message: _Optional[str] = ..., requested_schema: _Optional[str] = ...) -> None: ...
+
+class ToolCallProgress(_message.Message):
+    __slots__ = ("step", "call_id", "tool_name", "progress", "total", "message")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool_name: str
+    progress: float
+    total: float
+    message: str
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., progress: _Optional[float] = ..., total: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
 
 class StepFinished(_message.Message):
     __slots__ = ("step", "timeline")
@@ -564,16 +592,18 @@ class ToolCallTiming(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
-    __slots__ = ("session_id", "call_id", "decision", "reason")
+    __slots__ = ("session_id", "call_id", "decision", "reason", "answer")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     call_id: str
     decision: ApprovalDecision
     reason: str
-    def __init__(self, session_id: _Optional[str] = ..., call_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    answer: str
+    def __init__(self, session_id: _Optional[str] = ..., call_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., reason: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class ApproveToolCallResponse(_message.Message):
     __slots__ = ()

@@ -1,0 +1,117 @@
+"""The MCP endpoint's door: who may send it a request, checked before the SDK reads it.
+
+- **Origin**: a browser's request carries the page's origin; any but a loopback origin or
+  one in ``mcp.allowed_origins`` is refused 403 (a page elsewhere must not drive the
+  sidecar's tools through a browser that can reach it: DNS rebinding).
+- **Host**: on a loopback bind, the ``Host`` header must name loopback (421 otherwise), so
+  a rebound DNS name cannot reach a local endpoint.
+- **Credentials**: with ``auth.principals`` a request without a bearer token naming a
+  principal is refused 401 (``WWW-Authenticate: Bearer``) and recorded as ``auth_failed``;
+  the principal rides the request to the handlers. The principals are those of the
+  configuration applied now, as on the gRPC port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from agentsidecar.addresses import is_loopback
+from sidecar.errors import Unauthenticated
+from sidecar.security.audit import AuditLog
+from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
+
+__all__ = ["PRINCIPAL", "Guard"]
+
+PRINCIPAL = "agent_sidecar_principal"
+"""Where the guard leaves the request's principal, in the ASGI scope's ``state``."""
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _host_of(value: str) -> str:
+    host = value.rsplit(":", 1)[0] if not value.endswith("]") else value
+    return host.strip("[]")
+
+
+class Guard:
+    """ASGI middleware in front of the MCP endpoint.
+
+    Args:
+        app: The SDK's Streamable HTTP application.
+        authenticator: The principals of the configuration applied now, read per request.
+        audit: Where refused credentials are recorded.
+        allowed_origins: Origins allowed besides loopback ones.
+        loopback: The endpoint is bound to loopback (the Host header is checked).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        authenticator: Callable[[], Authenticator],
+        audit: AuditLog,
+        allowed_origins: list[str],
+        loopback: bool,
+    ) -> None:
+        self._app = app
+        self._authenticator = authenticator
+        self._audit = audit
+        self._origins = frozenset(o.rstrip("/") for o in allowed_origins)
+        self._loopback = loopback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            await _refuse(send, 403, "the request's Origin is not allowed")
+            return
+        if self._loopback and not is_loopback(_host_of(headers.get("host", ""))):
+            await _refuse(send, 421, "the Host header must name this loopback endpoint")
+            return
+        try:
+            principal = self._principal(headers)
+        except Unauthenticated as exc:
+            if self._audit.enabled:
+                client = scope.get("client")
+                peer = f"{client[0]}:{client[1]}" if client else ""
+                self._audit.record("auth_failed", "", method="mcp", peer=peer, message=exc.message)
+            await _refuse(send, 401, exc.message, {"www-authenticate": "Bearer"})
+            return
+        scope.setdefault("state", {})[PRINCIPAL] = principal
+        await self._app(scope, receive, send)
+
+    def _origin_allowed(self, origin: str) -> bool:
+        parts = urlsplit(origin)
+        if parts.hostname is not None and is_loopback(parts.hostname):
+            return True
+        return origin.rstrip("/") in self._origins
+
+    def _principal(self, headers: dict[str, str]) -> Principal:
+        authenticator = self._authenticator()
+        if not authenticator.enabled:
+            return ANONYMOUS
+        token = headers.get("authorization")
+        metadata = [("authorization", token)] if token is not None else []
+        return authenticator.authenticate(metadata, {})
+
+
+async def _refuse(
+    send: Send, status: int, message: str, extra: dict[str, str] | None = None
+) -> None:
+    body = orjson.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,34 @@
+"""``agent-sidecar mcp-stdio``: the MCP front for one desktop host, on stdin and stdout.
+
+The host starts the command; the runtime runs in the same process (its tool servers,
+bridged MCP servers, model and session store, from the configuration file) and the MCP
+server speaks on stdio in the revision the host speaks. Logs go to stderr. The caller is
+one principal for the whole connection: anonymous when the configuration lists none,
+else the one whose token the host passes in the environment variable the command names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.stdio import stdio_server
+
+from sidecar.agent.runtime import Runtime
+from sidecar.mcp_server.handlers import build_server
+from sidecar.security.identity import Principal
+from sidecar.telemetry import own_version
+
+__all__ = ["serve_stdio"]
+
+
+async def serve_stdio(runtime: Runtime, principal: Principal) -> None:
+    """Serve the MCP front on stdio for ``principal`` until the host closes stdin."""
+
+    def principal_of(ctx: Any) -> Principal:
+        return principal
+
+    server = build_server(runtime.agent, runtime.config.mcp, principal_of, own_version())
+    options = server.create_initialization_options(NotificationOptions())
+    async with stdio_server() as (read, write):
+        await server.run(read, write, options)

@@ -1,0 +1,262 @@
+"""The sidecar's MCP endpoint, used by outside clients: the ``mcp`` SDK's client (both
+revisions, Streamable HTTP and ``agent-sidecar mcp-stdio``) and the MCP Inspector's CLI,
+against a real sidecar with a gRPC tool server and a bridged MCP server behind it."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+import yaml
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from sidecar import testing
+from sidecar.testing import ServerProcess
+from tests.support.mcp_stack import INSPECTOR, NODE, edge
+from tests.support.stack import sidecar, sidecar_config, simulator
+
+ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789"
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _config(sim: ServerProcess, orders: ServerProcess, audit: Path) -> dict[str, Any]:
+    return sidecar_config(
+        sim,
+        [{"name": "orders", "address": orders.address}],
+        mcp_servers=[
+            edge(allow_tools=["echo", "slow", "whoami", "ask", "fail"]),
+            edge("guarded", approval="always", allow_tools=["mixed"]),
+        ],
+        profiles={"default": {}, "other": {"tools": ["echo"]}},
+        mcp={"port": 0, "agent_tool": True},
+        auth={
+            "principals": [
+                {"name": "alice", "token_sha256": _sha(ALICE), "profiles": ["default"]},
+                {"name": "bob", "token_sha256": _sha(BOB), "profiles": ["other"]},
+            ],
+            "audit": {"path": str(audit)},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, Any]]]:
+    work = tmp_path_factory.mktemp("front")
+    with (
+        simulator() as sim,
+        testing.tool_server("toolservers.examples.orders") as orders,
+    ):
+        config = _config(sim, orders, work / "audit.jsonl")
+        with sidecar(config, work) as side:
+            yield side.announced("mcp on "), work / "audit.jsonl", config
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    url: str, mode: str = "auto", token: str = ALICE, **kwargs: Any
+) -> AsyncIterator[Client]:
+    """An SDK client of the endpoint, as ``token``'s principal."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, cache=None, **kwargs) as client:
+            yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_host_lists_and_calls_native_and_bridged_tools_with_progress(
+    stack: tuple[str, Path, dict[str, Any]], mode: str
+) -> None:
+    url, _, _ = stack
+    progress: list[float] = []
+
+    async def report(done: float, total: float | None, message: str | None) -> None:
+        progress.append(done)
+
+    async with _client(url, mode) as client:
+        version = client.protocol_version
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        order = await client.call_tool("get_order_status", {"order_id": "20250101"})
+        slow = await client.call_tool("slow", {"ms": 300, "steps": 3}, progress_callback=report)
+        failed = await client.call_tool("fail", {"message": "nope"})
+        invalid = await client.call_tool("get_order_status", {"order_id": 5})
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_tool", {})
+    assert version == ("2026-07-28" if mode == "auto" else "2025-11-25")
+    assert {"get_order_status", "echo", "slow", "mixed", "agent"} <= set(tools)
+    assert tools["get_order_status"].annotations.read_only_hint is True
+    assert tools["echo"].annotations.read_only_hint is False  # the bridge does not trust it
+    assert json.loads(order.content[0].text)["order_id"] == "20250101"
+    assert not order.is_error
+    # Reports closer than a tenth of a second apart are thinned; the last always goes.
+    assert slow.content[0].text == "slept" and progress[-1] == 3
+    assert progress == sorted(set(progress))
+    assert failed.is_error and failed.content[0].text == "nope"
+    assert invalid.is_error and "order_id" in invalid.content[0].text
+    assert unknown.value.code == types.INVALID_PARAMS
+
+
+async def test_callers_are_the_grpc_ports_principals_and_their_identity_reaches_the_tools(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, audit, _ = stack
+    async with httpx2.AsyncClient() as http:
+        missing = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        wrong = await http.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": "Bearer not-a-token-at-all"},
+        )
+    async with _client(url) as client:
+        who = json.loads((await client.call_tool("whoami", {})).content[0].text)
+    async with _client(url, token=BOB) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.list_tools()
+    assert missing.status_code == 401 and wrong.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert who["dev.agentsidecar/principal"] == "alice"
+    assert refused.value.error.data == {"reason": "PERMISSION_DENIED"}
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert any(r["event"] == "auth_failed" and r["method"] == "mcp" for r in lines)
+    calls = [r for r in lines if r["event"] == "tool_call" and r["tool"] == "whoami"]
+    assert calls and calls[-1]["principal"] == "alice" and calls[-1]["server"] == "edge"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("answer", ["accept", "decline"])
+async def test_approval_is_an_elicitation_to_the_host(
+    stack: tuple[str, Path, dict[str, Any]], mode: str, answer: str
+) -> None:
+    url, _, _ = stack
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=answer, content={} if answer == "accept" else None)
+
+    async with _client(url, mode, elicitation_callback=elicit) as client:
+        result = await client.call_tool("mixed", {})
+    async with _client(url, mode) as client:
+        unasked = await client.call_tool("mixed", {})
+    assert len(asked) == 1 and asked[0].startswith("Run mixed with {}?")
+    if answer == "accept":
+        assert not result.is_error and "[image: image/png" in result.content[0].text
+    else:
+        assert result.is_error and "denied" in result.content[0].text
+    assert unasked.is_error and "denied" in unasked.content[0].text
+
+
+async def test_a_bridged_tools_question_reaches_the_host_on_the_2025_revisions(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Host"})
+
+    async with _client(url, "legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("ask", {})
+    assert result.content[0].text == "hello Host"
+
+
+async def test_the_agent_tool_runs_a_turn_and_continues_its_session(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    async with _client(url) as client:
+        first = await client.call_tool("agent", {"input": "hello there"})
+        session_id = first.structured_content["session_id"]
+        second = await client.call_tool("agent", {"input": "again", "session_id": session_id})
+        missing = await client.call_tool("agent", {"input": "x", "session_id": "nope"})
+    assert first.structured_content["answer"].startswith("[simulated]")
+    assert first.structured_content["stop_reason"] == "ANSWERED"
+    assert second.structured_content["session_id"] == session_id
+    assert missing.is_error
+
+
+async def test_requests_from_a_foreign_origin_or_a_rebound_host_are_refused(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    auth = {"Authorization": f"Bearer {ALICE}"}
+    async with httpx2.AsyncClient() as http:
+        origin = await http.post(url, json=body, headers={**auth, "Origin": "https://evil.example"})
+        host = await http.post(url, json=body, headers={**auth, "Host": "evil.example"})
+        local = await http.post(
+            url,
+            json=body,
+            headers={**auth, "Origin": "http://localhost:3000", "Accept": "application/json"},
+        )
+    assert origin.status_code == 403
+    assert host.status_code == 421
+    assert local.status_code != 403
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_tools(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    assert INSPECTOR.exists(), "the MCP Inspector is missing: run 'make mcp-tools'"
+    url, _, _ = stack
+    common = [str(NODE), str(INSPECTOR), "--cli", url, "--header", f"Authorization: Bearer {ALICE}"]
+    listed = subprocess.run(
+        [*common, "--method", "tools/list"], capture_output=True, text=True, timeout=60
+    )
+    called = subprocess.run(
+        [
+            *common,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "get_order_status",
+            "--tool-arg",
+            'order_id="20250101"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    names = {t["name"] for t in json.loads(listed.stdout)["tools"]}
+    assert {"get_order_status", "echo", "agent"} <= names
+    assert called.returncode == 0, called.stderr
+    content = json.loads(called.stdout)["content"][0]["text"]
+    assert json.loads(content)["status"] == "delivered"
+
+
+async def test_mcp_stdio_serves_a_desktop_host(
+    stack: tuple[str, Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _, _, config = stack
+    config = {
+        **config,
+        "mcp": {"agent_tool": False},
+        "auth": {"principals": config["auth"]["principals"]},
+    }
+    config["sessions"] = {"store": "memory"}
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(config))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sidecar", "mcp-stdio", "--config", str(path), "--token-env", "HOST_TOKEN"],
+        env={"HOST_TOKEN": ALICE, "GROQ_API_KEY": ""},
+    )
+    async with Client(params, cache=None) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool("echo", {"text": "from a desktop"})
+    assert "agent" not in names and "get_order_status" in names
+    assert result.content[0].text == "echo: from a desktop"
