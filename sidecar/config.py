@@ -99,6 +99,39 @@ class BreakerPolicy(_Strict):
         return self
 
 
+class HedgePolicy(_Strict):
+    """When a slow call to one of a tool server's idempotent tools gets a second copy.
+
+    A call still unanswered after its tool's observed ``percentile`` latency (never before
+    ``min_delay``) is sent again; the first answer wins and the other copy is cancelled.
+    Only while the server's breaker is closed, and only as far as ``budget`` allows."""
+
+    percentile: float = Field(95.0, gt=0, lt=100)
+    """The latency, as a percentile of the tool's recent calls, after which a call is sent
+    again. Default 95: about one call in twenty is hedged. It cuts a tail thinner than
+    ``100 - percentile`` percent of calls: when 5% of calls are slow, the 95th percentile
+    is itself a slow call, and 90 is the setting (with ``budget`` 0.1)."""
+    min_delay: float = Field(0.005, ge=0)
+    """Seconds a call waits at least before its second copy, whatever the percentile
+    says. Default 5 ms: below it a second copy saves too little to pay for itself."""
+    min_samples: int = Field(50, ge=1)
+    """Answered calls of a tool the sidecar must have seen before it hedges that tool's
+    calls: a percentile of fewer is a guess. Default 50."""
+    window: int = Field(200, ge=10, le=10_000)
+    """How many of a tool's latest answered calls the percentile is taken over. Default
+    200: minutes of history at a few calls a second, seconds at hundreds."""
+    budget: float = Field(0.05, gt=0, le=1)
+    """The most second copies the server gets, as a share of the calls sent to it (a token
+    bucket: each call earns this share of a copy, at most ten copies saved up). Default
+    0.05: hedging adds at most 5% to the server's load, even when every call is slow."""
+
+    @model_validator(mode="after")
+    def _window_holds_the_samples(self) -> HedgePolicy:
+        if self.window < self.min_samples:
+            raise ValueError("window must be at least min_samples")
+        return self
+
+
 class ClientTlsConfig(_Strict):
     """TLS from the sidecar to a server it calls."""
 
@@ -131,6 +164,9 @@ class ToolServerConfig(_Strict):
     """Retries for idempotent tools on UNAVAILABLE / RESOURCE_EXHAUSTED; others never retry."""
     breaker: BreakerPolicy = BreakerPolicy()
     """The server's circuit breaker."""
+    hedge: HedgePolicy | None = None
+    """Hedged calls to the server's idempotent tools; unset: a call is sent once (and
+    retried only after a failure)."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
     version_of: str | None = None

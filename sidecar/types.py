@@ -150,6 +150,17 @@ class CacheResult(enum.IntEnum):
     SHARED = 3
 
 
+class HedgeResult(enum.IntEnum):
+    """Whether a tool call was hedged, and which copy answered (``agentsidecar.v1.ToolHedge``)."""
+
+    NONE = 0
+    """Sent once (the proto's UNSPECIFIED)."""
+    FIRST_WON = 1
+    """A second copy was sent; the first answered first."""
+    SECOND_WON = 2
+    """A second copy was sent and answered first."""
+
+
 class ToolAvailability(enum.IntEnum):
     """Whether a tool can be called now (``agentsidecar.v1.ToolAvailability``)."""
 
@@ -322,6 +333,10 @@ class ToolOutcome:
     server: str = ""
     """The tool server that ran the call (a version of the tool's own, perhaps); empty
     when none did."""
+    hedge: HedgeResult = HedgeResult.NONE
+    """Whether a second copy was sent (``tool_servers[].hedge``), and which answered."""
+    hedge_delay: float | None = None
+    """Seconds after the first copy the second was sent; None when none was."""
 
 
 class EventSink(Protocol):

@@ -90,6 +90,8 @@ def _tool_call(o: ToolOutcome) -> agent_pb2.ToolCallTiming:
         time_allowed=_optional(o.time_allowed),
         cache_result=_enum(o.cache),
         cache_saved=duration(o.saved) if o.cache in _SAVED else None,
+        hedge=_enum(o.hedge),
+        hedge_delay=_optional(o.hedge_delay),
     )
 
 

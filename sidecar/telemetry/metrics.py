@@ -1,4 +1,5 @@
-"""Prometheus metrics: run, model-call and tool-call latency, outcomes, breakers, tokens, cost.
+"""Prometheus metrics: run, model-call and tool-call latency, outcomes, hedges, breakers,
+tokens, cost.
 
 Everything a run measured is already in its timeline, so a run is recorded once, when it
 ends, in one pass over its stages: the loop carries no metric calls. Only three things
@@ -23,6 +24,7 @@ from sidecar.types import (
     MODEL_PACING,
     BreakerState,
     BudgetOverrun,
+    HedgeResult,
     ModelCallDetail,
     RunOutcome,
     StageKind,
@@ -116,7 +118,7 @@ class _ModelSeries:
 
 
 class _ToolSeries:
-    __slots__ = ("_metrics", "_profile", "_statuses", "_tool", "duration", "retries")
+    __slots__ = ("_hedges", "_metrics", "_profile", "_statuses", "_tool", "duration", "retries")
 
     def __init__(self, metrics: Metrics, profile: str, tool: str) -> None:
         self._metrics = metrics
@@ -125,6 +127,15 @@ class _ToolSeries:
         self.duration = metrics.tool_call_duration.labels(profile, tool)
         self.retries = metrics.tool_retries.labels(profile, tool)
         self._statuses: dict[ToolCallStatus, Any] = {}
+        self._hedges: dict[HedgeResult, Any] = {}
+
+    def hedged(self, result: HedgeResult) -> Any:
+        child = self._hedges.get(result)
+        if child is None:
+            child = self._hedges[result] = self._metrics.tool_hedges.labels(
+                self._profile, self._tool, result.name.lower()
+            )
+        return child
 
     def ended(self, status: ToolCallStatus) -> Any:
         child = self._statuses.get(status)
@@ -198,6 +209,13 @@ class Metrics:
             "agent_sidecar_tool_results",
             "Finished tool calls by status.",
             ["profile", "tool", "status"],
+            registry=r,
+        )
+        self.tool_hedges = Counter(
+            "agent_sidecar_tool_hedges",
+            "Tool calls sent a second time because the first copy was late, by the copy "
+            "that answered first: first_won or second_won.",
+            ["profile", "tool", "winner"],
             registry=r,
         )
         self.tool_retries = Counter(
@@ -381,6 +399,8 @@ class Metrics:
                     t.duration.observe(stage.duration)
                     if detail.attempts > 1:
                         t.retries.inc(detail.attempts - 1)
+                    if detail.hedge:
+                        t.hedged(detail.hedge).inc()
             elif stage.name == MODEL_PACING:  # the provider's wait, not the sidecar's queue
                 series.pacing.observe(stage.duration)
             else:

@@ -84,6 +84,9 @@ def stage_record(stage: Stage) -> dict[str, Any]:
         record["breaker_rejected"] = detail.breaker_rejected
         if detail.time_allowed is not None:
             record["allowed"] = detail.time_allowed
+        if detail.hedge:
+            record["hedge"] = detail.hedge.name.lower()
+            record["hedge_delay"] = detail.hedge_delay
     return record
 
 

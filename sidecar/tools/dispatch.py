@@ -13,8 +13,11 @@ against the schema (a violation goes back to the model and never reaches the ser
 approval is asked for when the tool requires it; then it runs behind its server's
 circuit breaker, with deadline = min(tool timeout, the run's remaining time), retried
 with backoff only when the tool is idempotent and the failure is UNAVAILABLE or
-RESOURCE_EXHAUSTED. Every failure becomes a :class:`ToolOutcome` the model sees; nothing
-here raises except cancellation, which cancels every call in flight.
+RESOURCE_EXHAUSTED. On a server that hedges (``tool_servers[].hedge``), an idempotent
+call still unanswered after its tool's usual latency gets a second copy, and the first
+answer wins (:mod:`sidecar.tools.hedging`). Every failure becomes a :class:`ToolOutcome`
+the model sees; nothing here raises except cancellation, which cancels every call in
+flight.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ArgumentsInvalid, BreakerOpenError
 from sidecar.tools.catalog import CatalogTool, ToolCatalog, allows
 from sidecar.tools.connection import ToolServerConnection
+from sidecar.tools.hedging import race
 from sidecar.tools.result_cache import ResultCache
-from sidecar.types import Clock, EventSink, ToolCall, ToolCallStatus, ToolOutcome
+from sidecar.types import Clock, EventSink, HedgeResult, ToolCall, ToolCallStatus, ToolOutcome
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
@@ -108,13 +112,16 @@ class _Prepared:
 
 
 class _Tries:
-    """How often a call was attempted and how long it backed off in between."""
+    """How often a call was attempted, how long it backed off in between, and whether a
+    second copy was sent."""
 
-    __slots__ = ("backoff", "count")
+    __slots__ = ("backoff", "count", "hedge", "hedge_delay")
 
     def __init__(self) -> None:
         self.count = 0
         self.backoff = 0.0
+        self.hedge = HedgeResult.NONE
+        self.hedge_delay: float | None = None
 
 
 class _Failed(Exception):
@@ -540,17 +547,48 @@ class _Attempt:
             return await _retry(self._once, retry, self._deadline, exc, self.tries)
 
     async def _once(self) -> tool_pb2.ToolResult:
-        """One attempt behind the server's breaker. A deadline that is the run's, shorter
-        than the tool's own timeout, expiring says nothing of the server's health."""
+        """One attempt: sent once, or raced against a second copy when the server hedges
+        and the tool is idempotent."""
         self.tries.count += 1
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
+        hedging = self._connection.hedging
+        if hedging is None:
+            return await self._send(remaining)
+        hedging.budget.earn()
+        if not self._tool.idempotent:
+            return await self._send(remaining)
+        window = hedging.window(self._tool.remote_name)
+        delay = window.delay
+        sent = time.monotonic()
+        if delay is None or delay >= remaining:
+            result = await self._send(remaining)
+        else:
+            breaker = self._connection.breaker
+            result, second = await race(
+                self._send,
+                deadline=self._deadline,
+                delay=delay,
+                may_hedge=lambda: hedging.may_hedge(breaker.state),
+                on_second=self._second_copy,
+            )
+            if self.tries.hedge_delay is not None:
+                self.tries.hedge = HedgeResult.SECOND_WON if second else HedgeResult.FIRST_WON
+        hedging.record(window, time.monotonic() - sent)
+        return result
+
+    def _second_copy(self, delay: float) -> None:
+        self.tries.hedge_delay = delay
+
+    async def _send(self, timeout: float) -> tool_pb2.ToolResult:
+        """One copy of the call behind the server's breaker. A deadline that is the run's,
+        shorter than the tool's own timeout, expiring says nothing of the server's health."""
         connection = self._connection
         breaker = connection.breaker
         permit = breaker.admit()
         try:
-            result = await connection.call(self._request, remaining, self._metadata)
+            result = await connection.call(self._request, timeout, self._metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             details = exc.details() or ""
@@ -605,6 +643,8 @@ class _Attempt:
             breaker_rejected=breaker_rejected,
             time_allowed=self.allowed,
             server=self._connection.name,
+            hedge=self.tries.hedge,
+            hedge_delay=self.tries.hedge_delay,
         )
 
 

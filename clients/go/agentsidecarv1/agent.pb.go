@@ -463,6 +463,63 @@ func (StageKind) EnumDescriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+// ToolHedge says whether a tool call was hedged: sent a second time because
+// its first copy was slower than most calls of its tool, the first answer
+// taken and the other copy cancelled. Only idempotent tools are hedged, only
+// while their server's circuit breaker is closed, and at most as often as
+// the server's hedge budget allows.
+type ToolHedge int32
+
+const (
+	// The call was sent once.
+	ToolHedge_TOOL_HEDGE_UNSPECIFIED ToolHedge = 0
+	// A second copy was sent; the first copy answered first.
+	ToolHedge_TOOL_HEDGE_FIRST_WON ToolHedge = 1
+	// A second copy was sent and answered first.
+	ToolHedge_TOOL_HEDGE_SECOND_WON ToolHedge = 2
+)
+
+// Enum value maps for ToolHedge.
+var (
+	ToolHedge_name = map[int32]string{
+		0: "TOOL_HEDGE_UNSPECIFIED",
+		1: "TOOL_HEDGE_FIRST_WON",
+		2: "TOOL_HEDGE_SECOND_WON",
+	}
+	ToolHedge_value = map[string]int32{
+		"TOOL_HEDGE_UNSPECIFIED": 0,
+		"TOOL_HEDGE_FIRST_WON":   1,
+		"TOOL_HEDGE_SECOND_WON":  2,
+	}
+)
+
+func (x ToolHedge) Enum() *ToolHedge {
+	p := new(ToolHedge)
+	*p = x
+	return p
+}
+
+func (x ToolHedge) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolHedge) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
+}
+
+func (ToolHedge) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
+}
+
+func (x ToolHedge) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolHedge.Descriptor instead.
+func (ToolHedge) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
 // ToolCacheResult says how the result cache took part in a tool call. Only
 // read-only tools that declare a cache_ttl are cached; results are keyed by
 // tool, tool version and the canonical form of the arguments.
@@ -509,11 +566,11 @@ func (x ToolCacheResult) String() string {
 }
 
 func (ToolCacheResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (ToolCacheResult) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
 }
 
 func (x ToolCacheResult) Number() protoreflect.EnumNumber {
@@ -522,7 +579,7 @@ func (x ToolCacheResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCacheResult.Descriptor instead.
 func (ToolCacheResult) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ApprovalDecision is a person's answer to an approval request.
@@ -562,11 +619,11 @@ func (x ApprovalDecision) String() string {
 }
 
 func (ApprovalDecision) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ApprovalDecision) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
 }
 
 func (x ApprovalDecision) Number() protoreflect.EnumNumber {
@@ -575,7 +632,7 @@ func (x ApprovalDecision) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalDecision.Descriptor instead.
 func (ApprovalDecision) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ToolAvailability says whether a tool can be called now.
@@ -624,11 +681,11 @@ func (x ToolAvailability) String() string {
 }
 
 func (ToolAvailability) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ToolAvailability) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
 }
 
 func (x ToolAvailability) Number() protoreflect.EnumNumber {
@@ -637,7 +694,7 @@ func (x ToolAvailability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolAvailability.Descriptor instead.
 func (ToolAvailability) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // CreateSessionRequest names the profile a new session runs under.
@@ -2875,7 +2932,15 @@ type ToolCallTiming struct {
 	// the tool invocation that produced the result took, less the time this
 	// call spent waiting for it; an estimate of the time the cache saved.
 	// Unset otherwise.
-	CacheSaved    *durationpb.Duration `protobuf:"bytes,10,opt,name=cache_saved,json=cacheSaved,proto3" json:"cache_saved,omitempty"`
+	CacheSaved *durationpb.Duration `protobuf:"bytes,10,opt,name=cache_saved,json=cacheSaved,proto3" json:"cache_saved,omitempty"`
+	// Whether a second copy of the call was sent because the first was late
+	// (the tool server's hedge setting, for idempotent tools only), and which
+	// copy answered first; the other was cancelled. TOOL_HEDGE_UNSPECIFIED:
+	// the call was sent once.
+	Hedge ToolHedge `protobuf:"varint,11,opt,name=hedge,proto3,enum=agentsidecar.v1.ToolHedge" json:"hedge,omitempty"`
+	// For a hedged call: how long after the first copy the second was sent
+	// (the tool's observed latency percentile at the time). Unset otherwise.
+	HedgeDelay    *durationpb.Duration `protobuf:"bytes,12,opt,name=hedge_delay,json=hedgeDelay,proto3" json:"hedge_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2976,6 +3041,20 @@ func (x *ToolCallTiming) GetCacheResult() ToolCacheResult {
 func (x *ToolCallTiming) GetCacheSaved() *durationpb.Duration {
 	if x != nil {
 		return x.CacheSaved
+	}
+	return nil
+}
+
+func (x *ToolCallTiming) GetHedge() ToolHedge {
+	if x != nil {
+		return x.Hedge
+	}
+	return ToolHedge_TOOL_HEDGE_UNSPECIFIED
+}
+
+func (x *ToolCallTiming) GetHedgeDelay() *durationpb.Duration {
+	if x != nil {
+		return x.HedgeDelay
 	}
 	return nil
 }
@@ -3436,7 +3515,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12<\n" +
-	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\xae\x04\n" +
+	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\x9c\x05\n" +
 	"\x0eToolCallTiming\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12D\n" +
@@ -3449,7 +3528,10 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\fcache_result\x18\t \x01(\x0e2 .agentsidecar.v1.ToolCacheResultR\vcacheResult\x12:\n" +
 	"\vcache_saved\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"cacheSaved\"\xa7\x01\n" +
+	"cacheSaved\x120\n" +
+	"\x05hedge\x18\v \x01(\x0e2\x1a.agentsidecar.v1.ToolHedgeR\x05hedge\x12:\n" +
+	"\vhedge_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"hedgeDelay\"\xa7\x01\n" +
 	"\x16ApproveToolCallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -3514,7 +3596,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x15STAGE_KIND_MODEL_CALL\x10\x03\x12\x18\n" +
 	"\x14STAGE_KIND_TOOL_CALL\x10\x04\x12\x1a\n" +
 	"\x16STAGE_KIND_PERSISTENCE\x10\x05\x12\x17\n" +
-	"\x13STAGE_KIND_OVERHEAD\x10\x06*\x89\x01\n" +
+	"\x13STAGE_KIND_OVERHEAD\x10\x06*\\\n" +
+	"\tToolHedge\x12\x1a\n" +
+	"\x16TOOL_HEDGE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14TOOL_HEDGE_FIRST_WON\x10\x01\x12\x19\n" +
+	"\x15TOOL_HEDGE_SECOND_WON\x10\x02*\x89\x01\n" +
 	"\x0fToolCacheResult\x12!\n" +
 	"\x1dTOOL_CACHE_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CACHE_RESULT_HIT\x10\x01\x12\x1a\n" +
@@ -3554,7 +3640,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentsidecar_v1_agent_proto_rawDescData
 }
 
-var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
 var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
@@ -3563,128 +3649,131 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(BudgetStage)(0),                 // 3: agentsidecar.v1.BudgetStage
 	(BudgetPolicy)(0),                // 4: agentsidecar.v1.BudgetPolicy
 	(StageKind)(0),                   // 5: agentsidecar.v1.StageKind
-	(ToolCacheResult)(0),             // 6: agentsidecar.v1.ToolCacheResult
-	(ApprovalDecision)(0),            // 7: agentsidecar.v1.ApprovalDecision
-	(ToolAvailability)(0),            // 8: agentsidecar.v1.ToolAvailability
-	(*CreateSessionRequest)(nil),     // 9: agentsidecar.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 10: agentsidecar.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 11: agentsidecar.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 12: agentsidecar.v1.GetSessionResponse
-	(*DeleteSessionRequest)(nil),     // 13: agentsidecar.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 14: agentsidecar.v1.DeleteSessionResponse
-	(*Session)(nil),                  // 15: agentsidecar.v1.Session
-	(*Turn)(nil),                     // 16: agentsidecar.v1.Turn
-	(*StreamRunRequest)(nil),         // 17: agentsidecar.v1.StreamRunRequest
-	(*StreamRunResponse)(nil),        // 18: agentsidecar.v1.StreamRunResponse
-	(*RunStarted)(nil),               // 19: agentsidecar.v1.RunStarted
-	(*TextDelta)(nil),                // 20: agentsidecar.v1.TextDelta
-	(*ToolCallStarted)(nil),          // 21: agentsidecar.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),         // 22: agentsidecar.v1.ToolCallFinished
-	(*ApprovalRequired)(nil),         // 23: agentsidecar.v1.ApprovalRequired
-	(*StepFinished)(nil),             // 24: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 25: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 26: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 27: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 28: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 29: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 30: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 31: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 32: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 33: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 34: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 35: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 36: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 37: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 38: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 39: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 40: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 41: agentsidecar.v1.SessionTool
-	nil,                              // 42: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 43: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 46: agentsidecar.v1.ToolDescriptor
+	(ToolHedge)(0),                   // 6: agentsidecar.v1.ToolHedge
+	(ToolCacheResult)(0),             // 7: agentsidecar.v1.ToolCacheResult
+	(ApprovalDecision)(0),            // 8: agentsidecar.v1.ApprovalDecision
+	(ToolAvailability)(0),            // 9: agentsidecar.v1.ToolAvailability
+	(*CreateSessionRequest)(nil),     // 10: agentsidecar.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 11: agentsidecar.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 12: agentsidecar.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 13: agentsidecar.v1.GetSessionResponse
+	(*DeleteSessionRequest)(nil),     // 14: agentsidecar.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 15: agentsidecar.v1.DeleteSessionResponse
+	(*Session)(nil),                  // 16: agentsidecar.v1.Session
+	(*Turn)(nil),                     // 17: agentsidecar.v1.Turn
+	(*StreamRunRequest)(nil),         // 18: agentsidecar.v1.StreamRunRequest
+	(*StreamRunResponse)(nil),        // 19: agentsidecar.v1.StreamRunResponse
+	(*RunStarted)(nil),               // 20: agentsidecar.v1.RunStarted
+	(*TextDelta)(nil),                // 21: agentsidecar.v1.TextDelta
+	(*ToolCallStarted)(nil),          // 22: agentsidecar.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),         // 23: agentsidecar.v1.ToolCallFinished
+	(*ApprovalRequired)(nil),         // 24: agentsidecar.v1.ApprovalRequired
+	(*StepFinished)(nil),             // 25: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 26: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 27: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 28: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 29: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 30: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 31: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 32: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 33: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 34: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 35: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 36: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 37: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 38: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 39: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 40: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 41: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 42: agentsidecar.v1.SessionTool
+	nil,                              // 43: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 44: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 47: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	42, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	15, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
-	15, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	43, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	44, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	44, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	16, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
+	43, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	16, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
+	16, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
+	44, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	45, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	45, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	17, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	44, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	44, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	29, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	45, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	45, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	30, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	19, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
-	20, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
-	21, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
-	22, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
-	23, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	24, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	27, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	32, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	20, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
+	21, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
+	22, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
+	23, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
+	24, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
+	25, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	28, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	33, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
 	1,  // 20: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	33, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	46, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	34, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
 	0,  // 23: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	27, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	28, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
 	2,  // 25: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	28, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	29, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	30, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	33, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	32, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	31, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	29, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	30, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	31, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	34, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	33, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	32, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
 	3,  // 32: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	45, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	45, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	46, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	46, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
 	4,  // 35: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	34, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	45, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	35, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	46, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
 	5,  // 38: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	45, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	45, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	35, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	36, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	45, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	45, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	45, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	45, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	29, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	45, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	46, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	46, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	36, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	37, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	46, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	46, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	46, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	46, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	30, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	46, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
 	1,  // 49: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	45, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	45, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	45, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	45, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	45, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 56: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	41, // 57: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	46, // 58: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 59: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	9,  // 60: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	11, // 61: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	13, // 62: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	17, // 63: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	25, // 64: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	37, // 65: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	39, // 66: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	10, // 67: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	12, // 68: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	14, // 69: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	18, // 70: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	26, // 71: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	38, // 72: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	40, // 73: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	67, // [67:74] is the sub-list for method output_type
-	60, // [60:67] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	46, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	46, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	46, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	46, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	7,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	46, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	6,  // 56: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
+	46, // 57: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
+	8,  // 58: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	42, // 59: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	47, // 60: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	9,  // 61: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	10, // 62: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	12, // 63: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	14, // 64: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	18, // 65: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	26, // 66: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	38, // 67: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	40, // 68: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	11, // 69: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	13, // 70: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	15, // 71: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	19, // 72: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	27, // 73: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	39, // 74: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	41, // 75: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	69, // [69:76] is the sub-list for method output_type
+	62, // [62:69] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -3712,7 +3801,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
-			NumEnums:      9,
+			NumEnums:      10,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,

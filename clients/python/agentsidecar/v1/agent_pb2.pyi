@@ -70,6 +70,12 @@ class StageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_KIND_PERSISTENCE: _ClassVar[StageKind]
     STAGE_KIND_OVERHEAD: _ClassVar[StageKind]
 
+class ToolHedge(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_HEDGE_UNSPECIFIED: _ClassVar[ToolHedge]
+    TOOL_HEDGE_FIRST_WON: _ClassVar[ToolHedge]
+    TOOL_HEDGE_SECOND_WON: _ClassVar[ToolHedge]
+
 class ToolCacheResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_CACHE_RESULT_UNSPECIFIED: _ClassVar[ToolCacheResult]
@@ -130,6 +136,9 @@ STAGE_KIND_MODEL_CALL: StageKind
 STAGE_KIND_TOOL_CALL: StageKind
 STAGE_KIND_PERSISTENCE: StageKind
 STAGE_KIND_OVERHEAD: StageKind
+TOOL_HEDGE_UNSPECIFIED: ToolHedge
+TOOL_HEDGE_FIRST_WON: ToolHedge
+TOOL_HEDGE_SECOND_WON: ToolHedge
 TOOL_CACHE_RESULT_UNSPECIFIED: ToolCacheResult
 TOOL_CACHE_RESULT_HIT: ToolCacheResult
 TOOL_CACHE_RESULT_MISS: ToolCacheResult
@@ -500,7 +509,7 @@ class ModelCallTiming(_message.Message):
     def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
-    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved")
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved", "hedge", "hedge_delay")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -511,6 +520,8 @@ class ToolCallTiming(_message.Message):
     TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     CACHE_RESULT_FIELD_NUMBER: _ClassVar[int]
     CACHE_SAVED_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_DELAY_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     status: ToolCallStatus
     handler_duration: _duration_pb2.Duration
@@ -521,7 +532,9 @@ class ToolCallTiming(_message.Message):
     time_allowed: _duration_pb2.Duration
     cache_result: ToolCacheResult
     cache_saved: _duration_pb2.Duration
-    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    hedge: ToolHedge
+    hedge_delay: _duration_pb2.Duration
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hedge: _Optional[_Union[ToolHedge, str]] = ..., hedge_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ("session_id", "call_id", "decision", "reason")
