@@ -260,6 +260,12 @@ MICRO = {
         "CPU per model request of each transport (docs/models.md#transports), and a burst "
         "against a rate-limited endpoint with pacing on and off (docs/models.md#pacing).",
     ),
+    "hedging": (
+        "Hedged calls: a heavy-tailed tool",
+        "make bench-hedging",
+        "a tool whose calls take 10 ms but a share of them 200 ms, with hedging off and "
+        "on (docs/runtime-policies.md#hedged-calls).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
