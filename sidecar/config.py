@@ -296,6 +296,19 @@ class BudgetConfig(_Strict):
         return any(b is not None for b in (self.total, self.model, self.tools, self.other))
 
 
+class CostConfig(_Strict):
+    """What one run of a profile may spend (the cost guard). A model call that would take
+    the run past a limit is not made: the run stops with STOP_REASON_COST_LIMIT, between
+    calls, never during a tool call."""
+
+    per_run: float | None = Field(None, gt=0)
+    """The most a run may cost, in the price table's currency (``prices``: US dollars),
+    counting the calls to models the table prices. Unset: no limit."""
+    tokens_per_run: int | None = Field(None, ge=1)
+    """The most tokens (prompt and completion) a run may use on models the price table
+    has no price for, which ``per_run`` cannot count. Unset: no limit."""
+
+
 class ContextConfig(_Strict):
     """How a profile's model input is kept small: the window, tool-result trimming, memory.
 
@@ -405,6 +418,8 @@ class ProfileConfig(_Strict):
     """Start read-only calls while the model is still streaming the rest of its answer."""
     budget: BudgetConfig = BudgetConfig()
     """The profile's latency budget; unset budgets are not checked."""
+    cost: CostConfig = CostConfig()
+    """What a run may spend; unset limits are not checked."""
     context: ContextConfig = ContextConfig()
     """The context window, tool-result trimming and memory of the profile's sessions."""
     tools_model: dict[str, Any] | None = None
@@ -670,6 +685,13 @@ class QuotaConfig(_Strict):
     """Runs started in any 60 seconds."""
     sessions: int | None = Field(None, ge=1)
     """Sessions the principal holds in the store."""
+    daily_cost: float | None = Field(None, gt=0)
+    """What its runs may cost in a day (UTC), in the price table's currency; past it new
+    runs are refused until midnight, and a run stops before a model call that would take
+    the day past it. Counted in the session store, so replicas sharing one count together."""
+    daily_tokens: int | None = Field(None, ge=1)
+    """Tokens its runs may use in a day (UTC) on models the price table has no price for;
+    as ``daily_cost``."""
 
 
 class PrincipalConfig(_Strict):

@@ -125,6 +125,7 @@ class StopReason(enum.IntEnum):
     BUDGET_ANSWERED = 9
     BUDGET_STOPPED = 10
     REFUSED = 11
+    COST_LIMIT = 12
 
 
 class ToolCallStatus(enum.IntEnum):

@@ -3,8 +3,8 @@
 The loop, the dispatcher and every tool call read the run's :class:`RunScope` instead of
 receiving its parts one by one: its profile and models (as admitted, whatever a reload
 does meanwhile), its deadline and clock, where its events go, who approves its calls,
-what its tool calls carry (trace context, the caller's identity), and who is told of
-each call's end.
+what its tool calls carry (trace context, the caller's identity), who is told of each
+call's end, and what it may spend.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agent.profiles import Profile
+from sidecar.agent.spend import RunSpend
 from sidecar.agent.variants import RunModels
 from sidecar.tools.dispatch import Approver, StepScope, ToolCallListener
 from sidecar.types import Clock, EventSink
@@ -56,6 +57,10 @@ class RunScope:
     """Told of every tool call's end (the audit record)."""
     tool_versions: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
     """How each tool server's calls are shared among its versions."""
+    spend: RunSpend | None = None
+    """Its cost guard: what it may still spend; None when nothing limits it."""
+    token_scale: float = 1.0
+    """Provider tokens per estimated token for its session (the calibration)."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.

@@ -4,7 +4,8 @@
    must not be draining or full, and the configuration applied now is taken: the turn
    runs on it to its end, whatever a reload does meanwhile.
 2. **Claim**: the principal's session is found, its profile allowed and its input sized;
-   then (and only then) the principal's run quotas are spent, and the session is claimed
+   then (and only then) the principal's run quotas are spent (a principal past its daily
+   cost is refused here), and the session is claimed
    in the store (the turn-start record, which is also the session's lock). A failed claim
    gives the quotas back.
 3. **Window** and **loop** (:meth:`Turns.run`): the history is windowed, the loop runs.
@@ -35,6 +36,7 @@ from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import Profile
 from sidecar.agent.scope import RunScope
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.spend import DailySpend, RunSpend
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.context.calibration import TokenCalibration
 from sidecar.context.window import Window
@@ -102,6 +104,8 @@ class ClaimedTurn:
     router: VariantRouter | None = None
     """The router that chose it (the turn's outcome is recorded there, also when a
     reload has replaced it since)."""
+    counted: bool = False
+    """Its principal has a daily quota: its spend is added to the principal's day."""
 
     @property
     def model_name(self) -> str:
@@ -147,6 +151,7 @@ class Turns:
         self._telemetry = telemetry
         self._audit = audit
         self.quotas = RunQuotas()
+        self.daily = DailySpend(store)
         self.calibration = TokenCalibration()
 
     # -- admission and claim -------------------------------------------------------------
@@ -165,7 +170,8 @@ class Turns:
             InvalidRequest: naming every invalid field (with the front's ``problems``).
             InputTooLarge: the input is longer than the profile allows.
             Overloaded: as many turns are in flight as the sidecar takes.
-            QuotaExceeded: the principal is at its concurrent-run or per-minute quota.
+            QuotaExceeded: the principal is at its concurrent-run or per-minute quota, or
+                has used up today's cost or tokens.
             SessionNotFound: no such session.
             PermissionDenied: the principal may no longer use the session's profile.
             ProfileRemoved: the session's profile is no longer configured.
@@ -213,6 +219,7 @@ class Turns:
             started=time.time(),
             clock=clock,
         )
+        turn.counted = await self.daily.check(principal)
         # Only a run that starts spends a quota: taken now, given back if the claim fails
         # (a busy session, one deleted meanwhile, the caller gone).
         mark = self.quotas.admit(principal)
@@ -314,7 +321,7 @@ class Turns:
                     scope.system_message,
                     self._loop.tool_definitions(turn.profile),
                     turn.input,
-                    scale=self.calibration.ratio(scope.models.answer.name, turn.session.session_id),
+                    scale=scope.token_scale,
                 )
                 result = await self._loop.run(scope, window.messages, turn.input)
             except asyncio.CancelledError:
@@ -351,6 +358,8 @@ class Turns:
             budget = min(time_remaining - margin, DEFAULT_RUN_TIMEOUT)
         deadline = time.monotonic() + budget
         variant, profile = turn.variant, turn.profile
+        models = variant.models if variant is not None else RunModels(self._model)
+        cost = profile.config.cost
         # Traced, each tool call carries its own span's context; otherwise the caller's
         # trace context passes through to the tool servers as it came.
         passed = (
@@ -361,7 +370,7 @@ class Turns:
         return RunScope(
             run_id=turn.run_id,
             profile=profile,
-            models=variant.models if variant is not None else RunModels(self._model),
+            models=models,
             system_message=variant.system_message
             if variant is not None
             else profile.system_message,
@@ -377,6 +386,13 @@ class Turns:
             trace=trace,
             on_tool_call=self._audit_tool_calls(turn) if self._audit.enabled else None,
             tool_versions=turn.snapshot.tool_versions,
+            spend=RunSpend.of(
+                turn.snapshot.prices,
+                per_run=cost.per_run,
+                tokens_per_run=cost.tokens_per_run,
+                counted=turn.counted,
+            ),
+            token_scale=self.calibration.ratio(models.answer.name, turn.session.session_id),
         )
 
     async def _end(
@@ -415,6 +431,8 @@ class Turns:
             await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
             if window is not None:
                 turn.snapshot.context.turn_finished(turn.session, turn.profile.name, window)
+            if turn.counted and scope.spend is not None:
+                await self._add_spend(turn, scope.spend)
         finally:
             self._admission.leave(turn.session.session_id, running)
             self._admission.release()
@@ -423,6 +441,16 @@ class Turns:
             if outcome is not None:
                 outcome.add_persistence(persisting, end)
             self._finished(turn, outcome, record=record, model=model, end=end, trace=trace)
+
+    async def _add_spend(self, turn: ClaimedTurn, spend: RunSpend) -> None:
+        """Count the run against its principal's day (in the store, shared by replicas)."""
+        try:
+            cost, tokens = await asyncio.shield(self.daily.add(turn.principal, spend))
+        except Exception:
+            # The turn is stored; a store that failed here undercounts the day by one run.
+            log.exception("run %s: its spend was not added to its principal's day", turn.run_id)
+            return
+        self._telemetry.principal_day(turn.principal.name, cost, tokens)
 
     def _finished(
         self,
@@ -456,6 +484,8 @@ class Turns:
                 assert turn.router is not None
                 turn.router.record(variant.name, end, failed)
                 self._telemetry.variant_run(turn.profile.name, variant.name, outcome, failed)
+        if outcome is not None and outcome.cost is not None:
+            self._telemetry.principal_cost(turn.principal.name, outcome.cost.total_usd)
         self._telemetry.run_finished(
             profile=turn.profile.name,
             model=model,

@@ -49,14 +49,26 @@ from sidecar.types import Session, Turn
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes a WAL file keeps when it starts over
 SWEEP_BATCH = 500
 """Expired sessions deleted per statement: a big sweep never holds the loop for long."""
-_SCHEMA = """
+# Each principal's spend per day, for the cost guard's daily quotas: a row per principal
+# and day.
+_SPEND = """
+CREATE TABLE spend (
+    principal TEXT NOT NULL,
+    day       TEXT NOT NULL,
+    cost      REAL NOT NULL,
+    tokens    INTEGER NOT NULL,
+    PRIMARY KEY (principal, day)
+) WITHOUT ROWID;
+"""
+_SCHEMA = (
+    """
 CREATE TABLE sessions (
     session_id   TEXT PRIMARY KEY,
     profile      TEXT NOT NULL,
@@ -81,6 +93,8 @@ CREATE TABLE pending_turns (
     start_time REAL NOT NULL
 ) WITHOUT ROWID;
 """
+    + _SPEND
+)
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
 # key's tree) and a turn's lookup by session uses the (session_id, run_id) index.
@@ -99,6 +113,8 @@ DROP TABLE pending_turns;
 ALTER TABLE pending_turns_2 RENAME TO pending_turns;
 DROP INDEX turns_by_session;
 """,
+    # 2 → 3: each principal's spend per day (the cost guard's daily quotas).
+    2: _SPEND,
 }
 
 
@@ -481,6 +497,42 @@ class SqliteSessionStore:
             (memory, memory_turns, session_id, memory_turns),
         )
         return cursor.rowcount > 0
+
+    # -- spend --------------------------------------------------------------------------
+
+    async def spent(self, principal: str, day: str) -> tuple[float, int]:
+        return await self._call(self._spent_sync, principal, day)
+
+    def _spent_sync(self, principal: str, day: str) -> tuple[float, int]:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT cost, tokens FROM spend WHERE principal = ? AND day = ?", (principal, day)
+            )
+            .fetchone()
+        )
+        return (float(row[0]), int(row[1])) if row is not None else (0.0, 0)
+
+    async def add_spend(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        return await self._write(self._add_spend_sync, principal, day, cost, tokens)
+
+    def _add_spend_sync(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        row = (
+            self._conn()
+            .execute(
+                "INSERT INTO spend (principal, day, cost, tokens) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (principal, day) DO UPDATE"
+                " SET cost = cost + excluded.cost, tokens = tokens + excluded.tokens"
+                " RETURNING cost, tokens",
+                (principal, day, cost, tokens),
+            )
+            .fetchone()
+        )
+        return float(row[0]), int(row[1])
 
 
 def _upsert_turn(

@@ -125,6 +125,16 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.config_reloads.labels("applied" if applied else "refused").inc()
 
+    def principal_cost(self, principal: str, usd: float) -> None:
+        """Count what a principal's run cost (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.principal_cost(principal, usd)
+
+    def principal_day(self, principal: str, cost: float, tokens: int) -> None:
+        """A principal's spend today, as its store counts it (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.principal_day(principal, cost, tokens)
+
     def variant_rolled_back(self, profile: str, variant: str) -> None:
         if self.metrics is not None:
             self.metrics.variant_rolled_back(profile, variant)

@@ -33,9 +33,11 @@ from sidecar.types import (
     ToolOutcome,
 )
 
-__all__ = ["UNKNOWN_TOOL", "Metrics"]
+__all__ = ["ANONYMOUS", "UNKNOWN_TOOL", "Metrics"]
 
 UNKNOWN_TOOL = "(unknown)"
+ANONYMOUS = "(anonymous)"
+"""The principal label of runs when no principals are configured."""
 
 # Agents spend seconds; the sidecar's own stages spend microseconds to milliseconds.
 _RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60, 120)
@@ -266,6 +268,26 @@ class Metrics:
             ["profile", "model"],
             registry=r,
         )
+        self.principal_cost_usd = Counter(
+            "agent_sidecar_principal_cost_usd",
+            "Estimated cost of each principal's runs at the configured prices, in US dollars.",
+            ["principal"],
+            registry=r,
+        )
+        self.principal_daily_cost = Gauge(
+            "agent_sidecar_principal_daily_cost",
+            "What a principal with a daily quota spent today (UTC), in the price table's "
+            "currency, counted in the session store (every replica's runs).",
+            ["principal"],
+            registry=r,
+        )
+        self.principal_daily_tokens = Gauge(
+            "agent_sidecar_principal_daily_tokens",
+            "Tokens of unpriced models a principal with a daily quota used today (UTC), "
+            "counted in the session store.",
+            ["principal"],
+            registry=r,
+        )
         self.budget_overruns = Counter(
             "agent_sidecar_budget_overruns",
             "Latency-budget overruns, by stage and the profile's policy.",
@@ -430,6 +452,13 @@ class Metrics:
             self.variant_invalid_answers.labels(profile, variant).inc()
         if outcome.cost is not None:
             self.variant_cost.labels(profile, variant).inc(outcome.cost.total_usd)
+
+    def principal_cost(self, principal: str, usd: float) -> None:
+        self.principal_cost_usd.labels(principal or ANONYMOUS).inc(usd)
+
+    def principal_day(self, principal: str, cost: float, tokens: int) -> None:
+        self.principal_daily_cost.labels(principal or ANONYMOUS).set(cost)
+        self.principal_daily_tokens.labels(principal or ANONYMOUS).set(tokens)
 
     def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
         self.variant_in_rotation.labels(profile, variant).set(1 if in_rotation else 0)

@@ -205,6 +205,13 @@ const (
 	// The model refused to answer (the provider's refusal field); the answer
 	// is the refusal's text.
 	StopReason_STOP_REASON_REFUSED StopReason = 11
+	// The run's next model call would have taken it past what it may spend:
+	// the profile's cost per run (at the sidecar's price table) or tokens per
+	// run (of models the table does not price), or what was left of its
+	// principal's daily quota. It stopped between model calls, never during a
+	// tool call: every tool call it started finished. RunResult.error (code
+	// "cost_limit") names the limit.
+	StopReason_STOP_REASON_COST_LIMIT StopReason = 12
 )
 
 // Enum value maps for StopReason.
@@ -222,6 +229,7 @@ var (
 		9:  "STOP_REASON_BUDGET_ANSWERED",
 		10: "STOP_REASON_BUDGET_STOPPED",
 		11: "STOP_REASON_REFUSED",
+		12: "STOP_REASON_COST_LIMIT",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":      0,
@@ -236,6 +244,7 @@ var (
 		"STOP_REASON_BUDGET_ANSWERED":  9,
 		"STOP_REASON_BUDGET_STOPPED":   10,
 		"STOP_REASON_REFUSED":          11,
+		"STOP_REASON_COST_LIMIT":       12,
 	}
 )
 
@@ -3562,7 +3571,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x17TOOL_CALL_STATUS_DENIED\x10\x05\x12!\n" +
 	"\x1dTOOL_CALL_STATUS_UNKNOWN_TOOL\x10\x06\x12\x1b\n" +
 	"\x17TOOL_CALL_STATUS_CACHED\x10\a\x12\x1e\n" +
-	"\x1aTOOL_CALL_STATUS_CANCELLED\x10\b*\xef\x02\n" +
+	"\x1aTOOL_CALL_STATUS_CANCELLED\x10\b*\x8b\x03\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3577,7 +3586,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1bSTOP_REASON_BUDGET_ANSWERED\x10\t\x12\x1e\n" +
 	"\x1aSTOP_REASON_BUDGET_STOPPED\x10\n" +
 	"\x12\x17\n" +
-	"\x13STOP_REASON_REFUSED\x10\v*\x8b\x01\n" +
+	"\x13STOP_REASON_REFUSED\x10\v\x12\x1a\n" +
+	"\x16STOP_REASON_COST_LIMIT\x10\f*\x8b\x01\n" +
 	"\vBudgetStage\x12\x1c\n" +
 	"\x18BUDGET_STAGE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BUDGET_STAGE_TOTAL\x10\x01\x12\x16\n" +

@@ -44,6 +44,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_BUDGET_ANSWERED: _ClassVar[StopReason]
     STOP_REASON_BUDGET_STOPPED: _ClassVar[StopReason]
     STOP_REASON_REFUSED: _ClassVar[StopReason]
+    STOP_REASON_COST_LIMIT: _ClassVar[StopReason]
 
 class BudgetStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -120,6 +121,7 @@ STOP_REASON_INVALID_ANSWER: StopReason
 STOP_REASON_BUDGET_ANSWERED: StopReason
 STOP_REASON_BUDGET_STOPPED: StopReason
 STOP_REASON_REFUSED: StopReason
+STOP_REASON_COST_LIMIT: StopReason
 BUDGET_STAGE_UNSPECIFIED: BudgetStage
 BUDGET_STAGE_TOTAL: BudgetStage
 BUDGET_STAGE_MODEL: BudgetStage
