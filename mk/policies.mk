@@ -2,12 +2,18 @@
 # them first and docs/benchmarks.md quotes their last results, bench/results/NAME.md).
 #
 # bench-hedging  python -m bench.micro.hedging: a heavy-tailed tool with hedging off and on.
+# bench-cost     python -m bench.micro.cost_guard: runs capped by the cost guard, a day's quota.
 
-.PHONY: bench-hedging
+.PHONY: bench-hedging bench-cost
 
 ## bench-hedging: a heavy-tailed tool with hedging off and on: tool stage P50 and P99,
 ## extra calls (about 1 minute).
 bench-hedging: install
 	$(PY) -m bench.micro.hedging
 
-bench: bench-hedging
+## bench-cost: research runs of random depth with the cost guard off, on, capping runs at
+## the median cost, and a principal's day (about 15 s).
+bench-cost: install
+	$(PY) -m bench.micro.cost_guard
+
+bench: bench-hedging bench-cost

@@ -266,6 +266,12 @@ MICRO = {
         "a tool whose calls take 10 ms but a share of them 200 ms, with hedging off and "
         "on (docs/runtime-policies.md#hedged-calls).",
     ),
+    "cost_guard": (
+        "The cost guard: runs capped, a principal's day",
+        "make bench-cost",
+        "research runs of random depth with the cost guard off and on, capped at the median "
+        "run's cost, and a principal's daily quota (docs/runtime-policies.md#the-cost-guard).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
