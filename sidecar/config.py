@@ -394,6 +394,34 @@ class RollbackConfig(_Strict):
     caught in every one, after 50 runs at the median."""
 
 
+class LightContextConfig(_Strict):
+    """The light path's context window: keys of the profile's ``context`` that differ."""
+
+    max_tokens: int | None = Field(None, ge=256)
+    """Token budget of the model input on the light path; unset: the profile's."""
+    keep_recent_turns: int | None = Field(None, ge=0)
+    """The most recent turns always sent whole on the light path; unset: the profile's."""
+
+
+class LightConfig(_Strict):
+    """A profile's light variant: what a run does instead of being refused when the sidecar
+    is overloaded (``server.light_path``). Every key left unset is the profile's own; the
+    light path never tiers, never writes memory summaries (it reads the memory there is),
+    and its runs are not judged against the session's variant."""
+
+    model: dict[str, Any] = Field(default_factory=dict)
+    """The light path's model, as keys of the top-level ``model`` section that differ (a
+    smaller, faster model: ``{model: llama-3.1-8b-instant}``); empty: the top-level model."""
+    system_prompt: str | None = None
+    """Its system prompt (a shorter one); unset: the profile's."""
+    max_steps: int | None = Field(None, ge=1, le=256)
+    """Model calls per light run; unset: the profile's."""
+    max_tool_calls: int | None = Field(None, ge=0, le=4096)
+    """Tool calls per light run; unset: the profile's."""
+    context: LightContextConfig = LightContextConfig()
+    """A shorter context window."""
+
+
 class ProfileConfig(_Strict):
     """An agent profile: what the agent is told, which tools it may use, its limits."""
 
@@ -433,6 +461,32 @@ class ProfileConfig(_Strict):
     the top-level model alone."""
     rollback: RollbackConfig = RollbackConfig()
     """When a canary is taken out of rotation automatically."""
+    light: LightConfig | None = None
+    """The light variant new runs take while the sidecar is overloaded
+    (``server.light_path``), instead of being refused; unset: runs always take the full
+    path."""
+
+    def light_profile(self) -> ProfileConfig | None:
+        """The profile as its light path runs it; None when it has none."""
+        light = self.light
+        if light is None:
+            return None
+        context = self.context.model_copy(
+            update={k: v for k, v in light.context.model_dump().items() if v is not None}
+        )
+        return self.model_copy(
+            update={
+                "system_prompt": light.system_prompt or self.system_prompt,
+                "max_steps": light.max_steps or self.max_steps,
+                "max_tool_calls": self.max_tool_calls
+                if light.max_tool_calls is None
+                else light.max_tool_calls,
+                "context": context,
+                "tools_model": None,
+                "variants": [],
+                "light": None,
+            }
+        )
 
     @field_validator("answer_schema")
     @classmethod
@@ -477,6 +531,28 @@ _MAX_SOCKET_PATH = 107
 """Bytes of a Unix socket's path: ``sun_path`` holds 108 with the terminating NUL."""
 
 
+class LightPathConfig(_Strict):
+    """When new runs take their profile's light path (``profiles.NAME.light``) instead of
+    the full one: while the runs in flight are near ``max_concurrent_runs``, with
+    hysteresis so a sidecar at the threshold does not flip on every run."""
+
+    enter: float = Field(0.5, gt=0, le=1)
+    """The sidecar is overloaded once this share of ``max_concurrent_runs`` is in flight:
+    new runs of a profile with a light variant take it. The full runs in flight keep their
+    places, so the light runs have the rest of the capacity to absorb a burst in. Default
+    0.5: half of it (measured, ``make bench``: at three quarters, full runs let in at each
+    end of overload left too little room, and some light runs were refused)."""
+    leave: float = Field(0.25, ge=0, lt=1)
+    """It is no longer overloaded once the runs in flight fall to this share: new runs take
+    the full path again. Default 0.25: the gap keeps it from flipping at the threshold."""
+
+    @model_validator(mode="after")
+    def _leave_below_enter(self) -> LightPathConfig:
+        if self.leave >= self.enter:
+            raise ValueError("leave must be below enter")
+        return self
+
+
 class ServerConfig(_Strict):
     """The sidecar's own gRPC endpoint."""
 
@@ -492,6 +568,8 @@ class ServerConfig(_Strict):
     max_concurrent_runs: int = Field(1024, ge=1)
     """Runs in flight at once in this process; one more is refused with
     RESOURCE_EXHAUSTED (reason OVERLOADED, with a retry delay) before anything runs."""
+    light_path: LightPathConfig = LightPathConfig()
+    """When new runs of a profile with a light variant take it (near capacity)."""
     stream_buffer_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
     """Bytes of events a stream holds for a caller that reads them too slowly: past it
     the model's stream pauses until the caller takes events; a caller that takes none
@@ -828,6 +906,8 @@ class SidecarConfig(_Strict):
         for name, profile in self.profiles.items():
             overrides = [("tools_model", profile.tools_model)]
             overrides.append(("context.memory_model", profile.context.memory_model))
+            if profile.light is not None:
+                overrides.append(("light.model", profile.light.model))
             for i, variant in enumerate(profile.variants):
                 overrides.append((f"variants.{i}.model", variant.model))
                 overrides.append((f"variants.{i}.tools_model", variant.tools_model))
@@ -981,6 +1061,8 @@ def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dic
     names |= {s.token_env for s in config.tool_servers if s.token_env}
     for profile in config.profiles.values():
         overrides = [profile.tools_model, profile.context.memory_model]
+        if profile.light is not None:
+            overrides.append(profile.light.model)
         for variant in profile.variants:
             overrides += [variant.model, variant.tools_model]
         names |= {

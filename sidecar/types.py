@@ -128,6 +128,14 @@ class StopReason(enum.IntEnum):
     COST_LIMIT = 12
 
 
+class RunPath(enum.IntEnum):
+    """Which of its profile's paths a run took (``agentsidecar.v1.RunPath``)."""
+
+    FULL = 1
+    LIGHT = 2
+    """The profile's light variant, taken while the sidecar was overloaded."""
+
+
 class ToolCallStatus(enum.IntEnum):
     """How a tool call ended (``agentsidecar.v1.ToolCallStatus``)."""
 
@@ -271,6 +279,8 @@ class RunOutcome:
     """Repair rounds: model calls that emitted a malformed tool call and were asked again."""
     variant: str = ""
     """The profile's model variant the run used; empty when the profile has none."""
+    path: RunPath = RunPath.FULL
+    """The profile's full path, or its light variant (the sidecar was overloaded)."""
 
     @classmethod
     def failed(

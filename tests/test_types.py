@@ -10,6 +10,7 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.types import (
     BudgetPolicy,
     BudgetStage,
+    RunPath,
     StageKind,
     StopReason,
     ToolAvailability,
@@ -26,6 +27,7 @@ from sidecar.types import (
         (ToolAvailability, agent_pb2.ToolAvailability, "TOOL_AVAILABILITY_"),
         (BudgetStage, agent_pb2.BudgetStage, "BUDGET_STAGE_"),
         (BudgetPolicy, agent_pb2.BudgetPolicy, "BUDGET_POLICY_"),
+        (RunPath, agent_pb2.RunPath, "RUN_PATH_"),
     ],
 )
 def test_plain_enums_mirror_the_proto_enums_value_for_value(

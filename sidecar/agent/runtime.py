@@ -31,8 +31,9 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.models import ModelRoster
-from sidecar.agent.profiles import build_profiles
+from sidecar.agent.profiles import LightPath, Profile, build_profiles
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.variants import RunModels
 from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
@@ -256,6 +257,7 @@ class Runtime:
             audit=self.audit,
             max_response_bytes=config.server.max_message_bytes,
             max_runs=config.server.max_concurrent_runs,
+            light_path=config.server.light_path,
             max_sessions=config.sessions.max_sessions,
         )
         if self.telemetry.metrics is not None:
@@ -368,9 +370,16 @@ class Runtime:
             priced_as=config.model.model if simulated else None,
             simulated=simulated,
         )
+        light = {}
+        for name, profile in config.profiles.items():
+            light_profile = profile.light_profile()
+            if profile.light is not None and light_profile is not None:
+                model = self.models.model_for(profile.light.model)
+                light[name] = LightPath(Profile.build(name, light_profile), RunModels(model))
         return Snapshot(
             config=config,
             profiles=build_profiles(config.profiles),
+            light=light,
             routers=routers,
             context=context,
             prices=prices,

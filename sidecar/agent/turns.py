@@ -4,10 +4,10 @@
    must not be draining or full, and the configuration applied now is taken: the turn
    runs on it to its end, whatever a reload does meanwhile.
 2. **Claim**: the principal's session is found, its profile allowed and its input sized;
+   while the sidecar is overloaded, a turn of a profile with a light variant takes it;
    then (and only then) the principal's run quotas are spent (a principal past its daily
-   cost is refused here), and the session is claimed
-   in the store (the turn-start record, which is also the session's lock). A failed claim
-   gives the quotas back.
+   spend is refused here), and the session is claimed in the store (the turn-start
+   record, which is also the session's lock). A failed claim gives the quotas back.
 3. **Window** and **loop** (:meth:`Turns.run`): the history is windowed, the loop runs.
    A turn the sidecar stops (a delete, the end of the drain) ends with a result; a bug
    ends it failed, with an error id.
@@ -33,7 +33,7 @@ from sidecar.agent.approvals import Approvals
 from sidecar.agent.conversations import Conversations
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
-from sidecar.agent.profiles import Profile
+from sidecar.agent.profiles import LightPath, Profile
 from sidecar.agent.scope import RunScope
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.spend import DailySpend, RunSpend
@@ -60,6 +60,7 @@ from sidecar.types import (
     EventSink,
     ModelCallDetail,
     RunOutcome,
+    RunPath,
     Session,
     StopReason,
     ToolCall,
@@ -106,10 +107,15 @@ class ClaimedTurn:
     reload has replaced it since)."""
     counted: bool = False
     """Its principal has a daily quota: its spend is added to the principal's day."""
+    light: LightPath | None = None
+    """The profile's light path, when the turn takes it (the sidecar was overloaded)."""
 
     @property
     def model_name(self) -> str:
-        """The model that answers this turn ("" when the profile has no variants)."""
+        """The model that answers this turn ("" when the profile has no variants and the
+        turn takes its full path)."""
+        if self.light is not None:
+            return self.light.models.answer.name
         return self.variant.models.answer.name if self.variant is not None else ""
 
 
@@ -206,6 +212,9 @@ class Turns:
             # Sticky: the session's variant is the one its latest turn ran on.
             pinned = next((t.variant for t in reversed(session.turns) if t.variant), None)
             variant = router.choose(pinned)
+        # Overloaded (the turns in flight, this one included, are near capacity): a profile
+        # with a light variant takes it instead of adding a full run to the load.
+        light = snapshot.light.get(profile.name) if self._admission.overloaded else None
         turn = ClaimedTurn(
             session=session,
             session_id=session_id,
@@ -214,6 +223,7 @@ class Turns:
             profile=profile,
             variant=variant,
             router=router,
+            light=light,
             run_id=uuid.uuid4().hex,
             input=user_input,
             started=time.time(),
@@ -322,6 +332,7 @@ class Turns:
                     self._loop.tool_definitions(turn.profile),
                     turn.input,
                     scale=scope.token_scale,
+                    light=turn.light is not None,
                 )
                 result = await self._loop.run(scope, window.messages, turn.input)
             except asyncio.CancelledError:
@@ -359,6 +370,10 @@ class Turns:
         deadline = time.monotonic() + budget
         variant, profile = turn.variant, turn.profile
         models = variant.models if variant is not None else RunModels(self._model)
+        system_message = variant.system_message if variant is not None else profile.system_message
+        if turn.light is not None:
+            profile, models = turn.light.profile, turn.light.models
+            system_message = profile.system_message
         cost = profile.config.cost
         # Traced, each tool call carries its own span's context; otherwise the caller's
         # trace context passes through to the tool servers as it came.
@@ -371,9 +386,7 @@ class Turns:
             run_id=turn.run_id,
             profile=profile,
             models=models,
-            system_message=variant.system_message
-            if variant is not None
-            else profile.system_message,
+            system_message=system_message,
             deadline=deadline,
             clock=turn.clock,
             structured=structured,
@@ -421,6 +434,8 @@ class Turns:
         if outcome is not None:
             record.usage = outcome.usage
             outcome.variant = record.variant
+            if turn.light is not None:
+                outcome.path = RunPath.LIGHT
             outcome.cost = turn.snapshot.prices.run_cost(model, outcome.usage, outcome.stages)
             self._calibrate(turn.session.session_id, outcome)
         if result is not None:
@@ -478,7 +493,8 @@ class Turns:
                 completion_tokens=record.usage.completion_tokens,
             )
         variant = turn.variant
-        if outcome is not None and variant is not None and variant.name:
+        # A light run says nothing of its session's variant: another model ran it.
+        if outcome is not None and variant is not None and variant.name and turn.light is None:
             failed = judged(outcome.stop_reason)
             if failed is not None:
                 assert turn.router is not None

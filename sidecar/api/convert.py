@@ -128,6 +128,7 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         steps=outcome.steps,
         tool_calls=outcome.tool_calls,
         variant=outcome.variant,
+        path=_enum(outcome.path),
     )
     if outcome.error is not None:
         result.error.code = outcome.error.code

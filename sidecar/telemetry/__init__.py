@@ -125,6 +125,17 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.config_reloads.labels("applied" if applied else "refused").inc()
 
+    def overloaded(self, overloaded: bool) -> None:
+        """The sidecar became overloaded (new runs take their light path), or stopped being."""
+        log.warning(
+            "%s",
+            "overloaded: new runs take their profile's light path"
+            if overloaded
+            else "no longer overloaded: new runs take their profile's full path",
+        )
+        if self.metrics is not None:
+            self.metrics.overloaded.set(1 if overloaded else 0)
+
     def principal_cost(self, principal: str, usd: float) -> None:
         """Count what a principal's run cost (metrics on)."""
         if self.metrics is not None:

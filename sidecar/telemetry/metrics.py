@@ -27,6 +27,7 @@ from sidecar.types import (
     HedgeResult,
     ModelCallDetail,
     RunOutcome,
+    RunPath,
     StageKind,
     StopReason,
     ToolCallStatus,
@@ -268,6 +269,18 @@ class Metrics:
             ["profile", "model"],
             registry=r,
         )
+        self.overloaded = Gauge(
+            "agent_sidecar_overloaded",
+            "1 while the sidecar is overloaded (server.light_path): new runs of a profile "
+            "with a light variant take it; 0 otherwise.",
+            registry=r,
+        )
+        self.light_runs = Counter(
+            "agent_sidecar_light_runs",
+            "Runs that took their profile's light path because the sidecar was overloaded.",
+            ["profile"],
+            registry=r,
+        )
         self.principal_cost_usd = Counter(
             "agent_sidecar_principal_cost_usd",
             "Estimated cost of each principal's runs at the configured prices, in US dollars.",
@@ -402,6 +415,8 @@ class Metrics:
         if outcome is None:
             return
         series.run_duration.observe(outcome.total)
+        if outcome.path is RunPath.LIGHT:
+            self.light_runs.labels(profile).inc()
         stages = series.stages
         for stage in outcome.stages:
             detail = stage.detail

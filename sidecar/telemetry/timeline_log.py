@@ -36,7 +36,15 @@ from typing import Any
 
 import orjson
 
-from sidecar.types import ModelCallDetail, RunOutcome, Stage, StopReason, ToolOutcome, Usage
+from sidecar.types import (
+    ModelCallDetail,
+    RunOutcome,
+    RunPath,
+    Stage,
+    StopReason,
+    ToolOutcome,
+    Usage,
+)
 
 __all__ = ["TimelineLog", "run_record", "stage_record"]
 
@@ -142,6 +150,8 @@ def run_record(
     )
     if outcome.error is not None:
         record["error"] = outcome.error.code
+    if outcome.path is RunPath.LIGHT:
+        record["path"] = "light"
     return record
 
 

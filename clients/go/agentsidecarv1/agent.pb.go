@@ -83,6 +83,63 @@ func (OutputMode) EnumDescriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// RunPath says which of its profile's paths a run took.
+type RunPath int32
+
+const (
+	// Not set (a sidecar older than the light path).
+	RunPath_RUN_PATH_UNSPECIFIED RunPath = 0
+	// The profile as configured.
+	RunPath_RUN_PATH_FULL RunPath = 1
+	// The profile's light variant (a smaller model, fewer steps, a shorter
+	// window, no memory summary), taken instead of refusing the run because
+	// the sidecar was overloaded: as many runs were in flight as its
+	// server.light_path.enter share of max_concurrent_runs, and not yet back
+	// below the leave share.
+	RunPath_RUN_PATH_LIGHT RunPath = 2
+)
+
+// Enum value maps for RunPath.
+var (
+	RunPath_name = map[int32]string{
+		0: "RUN_PATH_UNSPECIFIED",
+		1: "RUN_PATH_FULL",
+		2: "RUN_PATH_LIGHT",
+	}
+	RunPath_value = map[string]int32{
+		"RUN_PATH_UNSPECIFIED": 0,
+		"RUN_PATH_FULL":        1,
+		"RUN_PATH_LIGHT":       2,
+	}
+)
+
+func (x RunPath) Enum() *RunPath {
+	p := new(RunPath)
+	*p = x
+	return p
+}
+
+func (x RunPath) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunPath) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (RunPath) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[1]
+}
+
+func (x RunPath) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunPath.Descriptor instead.
+func (RunPath) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // ToolCallStatus is how a tool call ended.
 type ToolCallStatus int32
 
@@ -147,11 +204,11 @@ func (x ToolCallStatus) String() string {
 }
 
 func (ToolCallStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (ToolCallStatus) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[1]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[2]
 }
 
 func (x ToolCallStatus) Number() protoreflect.EnumNumber {
@@ -160,7 +217,7 @@ func (x ToolCallStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCallStatus.Descriptor instead.
 func (ToolCallStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // StopReason says why a run ended.
@@ -259,11 +316,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[2]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[3]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -272,7 +329,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // BudgetStage names a part of a run that a latency budget applies to.
@@ -322,11 +379,11 @@ func (x BudgetStage) String() string {
 }
 
 func (BudgetStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (BudgetStage) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[3]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[4]
 }
 
 func (x BudgetStage) Number() protoreflect.EnumNumber {
@@ -335,7 +392,7 @@ func (x BudgetStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetStage.Descriptor instead.
 func (BudgetStage) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // BudgetPolicy says what a run does when a stage overruns its budget.
@@ -381,11 +438,11 @@ func (x BudgetPolicy) String() string {
 }
 
 func (BudgetPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (BudgetPolicy) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[4]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[5]
 }
 
 func (x BudgetPolicy) Number() protoreflect.EnumNumber {
@@ -394,7 +451,7 @@ func (x BudgetPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetPolicy.Descriptor instead.
 func (BudgetPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // StageKind names what a timeline stage measured.
@@ -456,11 +513,11 @@ func (x StageKind) String() string {
 }
 
 func (StageKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (StageKind) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[5]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
 }
 
 func (x StageKind) Number() protoreflect.EnumNumber {
@@ -469,7 +526,7 @@ func (x StageKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StageKind.Descriptor instead.
 func (StageKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // ToolHedge says whether a tool call was hedged: sent a second time because
@@ -513,11 +570,11 @@ func (x ToolHedge) String() string {
 }
 
 func (ToolHedge) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (ToolHedge) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
 }
 
 func (x ToolHedge) Number() protoreflect.EnumNumber {
@@ -526,7 +583,7 @@ func (x ToolHedge) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolHedge.Descriptor instead.
 func (ToolHedge) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ToolCacheResult says how the result cache took part in a tool call. Only
@@ -575,11 +632,11 @@ func (x ToolCacheResult) String() string {
 }
 
 func (ToolCacheResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ToolCacheResult) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
 }
 
 func (x ToolCacheResult) Number() protoreflect.EnumNumber {
@@ -588,7 +645,7 @@ func (x ToolCacheResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCacheResult.Descriptor instead.
 func (ToolCacheResult) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ApprovalDecision is a person's answer to an approval request.
@@ -628,11 +685,11 @@ func (x ApprovalDecision) String() string {
 }
 
 func (ApprovalDecision) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ApprovalDecision) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
 }
 
 func (x ApprovalDecision) Number() protoreflect.EnumNumber {
@@ -641,7 +698,7 @@ func (x ApprovalDecision) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalDecision.Descriptor instead.
 func (ApprovalDecision) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // ToolAvailability says whether a tool can be called now.
@@ -690,11 +747,11 @@ func (x ToolAvailability) String() string {
 }
 
 func (ToolAvailability) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (ToolAvailability) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[10]
 }
 
 func (x ToolAvailability) Number() protoreflect.EnumNumber {
@@ -703,7 +760,7 @@ func (x ToolAvailability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolAvailability.Descriptor instead.
 func (ToolAvailability) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // CreateSessionRequest names the profile a new session runs under.
@@ -1554,7 +1611,11 @@ type RunStarted struct {
 	// a smaller one; the timeline names each call's model).
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
 	// The profile's model variant the run uses; empty when it has none.
-	Variant       string `protobuf:"bytes,4,opt,name=variant,proto3" json:"variant,omitempty"`
+	Variant string `protobuf:"bytes,4,opt,name=variant,proto3" json:"variant,omitempty"`
+	// Which of its profile's paths the run takes: RUN_PATH_LIGHT while the
+	// sidecar is overloaded and the profile has a light variant (model names
+	// that variant's model), RUN_PATH_FULL otherwise.
+	Path          RunPath `protobuf:"varint,5,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1615,6 +1676,13 @@ func (x *RunStarted) GetVariant() string {
 		return x.Variant
 	}
 	return ""
+}
+
+func (x *RunStarted) GetPath() RunPath {
+	if x != nil {
+		return x.Path
+	}
+	return RunPath_RUN_PATH_UNSPECIFIED
 }
 
 // TextDelta is a piece of the model's answer text, in order.
@@ -2132,8 +2200,13 @@ type RunResult struct {
 	// kept within it. Streaming callers also got each one as a
 	// budget_exceeded event when it happened.
 	BudgetOverruns []*BudgetExceeded `protobuf:"bytes,9,rep,name=budget_overruns,json=budgetOverruns,proto3" json:"budget_overruns,omitempty"`
-	// The profile's model variant the run used; empty when it has none.
-	Variant       string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
+	// The profile's model variant the run used; empty when it has none. A run
+	// on the light path (path RUN_PATH_LIGHT) names its session's variant, but
+	// ran on the light variant's model.
+	Variant string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
+	// Which of its profile's paths the run took (RUN_PATH_FULL or
+	// RUN_PATH_LIGHT).
+	Path          RunPath `protobuf:"varint,11,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2236,6 +2309,13 @@ func (x *RunResult) GetVariant() string {
 		return x.Variant
 	}
 	return ""
+}
+
+func (x *RunResult) GetPath() RunPath {
+	if x != nil {
+		return x.Path
+	}
+	return RunPath_RUN_PATH_UNSPECIFIED
 }
 
 // RunError describes a failed run for the calling service.
@@ -3418,14 +3498,15 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\frun_finished\x18\t \x01(\v2\x1a.agentsidecar.v1.RunResultH\x00R\vrunFinished\x12J\n" +
 	"\x0fbudget_exceeded\x18\n" +
 	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceededB\a\n" +
-	"\x05event\"u\n" +
+	"\x05event\"\xa3\x01\n" +
 	"\n" +
 	"RunStarted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n" +
-	"\avariant\x18\x04 \x01(\tR\avariant\"3\n" +
+	"\avariant\x18\x04 \x01(\tR\avariant\x12,\n" +
+	"\x04path\x18\x05 \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\"3\n" +
 	"\tTextDelta\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"y\n" +
@@ -3460,7 +3541,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"outputMode\"X\n" +
 	"\vRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xc0\x03\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xee\x03\n" +
 	"\tRunResult\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12<\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x1b.agentsidecar.v1.StopReasonR\n" +
@@ -3474,7 +3555,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"tool_calls\x18\b \x01(\rR\ttoolCalls\x12H\n" +
 	"\x0fbudget_overruns\x18\t \x03(\v2\x1f.agentsidecar.v1.BudgetExceededR\x0ebudgetOverruns\x12\x18\n" +
 	"\avariant\x18\n" +
-	" \x01(\tR\avariant\"V\n" +
+	" \x01(\tR\avariant\x12,\n" +
+	"\x04path\x18\v \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\"V\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -3561,7 +3643,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"OutputMode\x12\x1b\n" +
 	"\x17OUTPUT_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_MODE_STREAMED\x10\x01\x12\x1a\n" +
-	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*\xa6\x02\n" +
+	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*J\n" +
+	"\aRunPath\x12\x18\n" +
+	"\x14RUN_PATH_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rRUN_PATH_FULL\x10\x01\x12\x12\n" +
+	"\x0eRUN_PATH_LIGHT\x10\x02*\xa6\x02\n" +
 	"\x0eToolCallStatus\x12 \n" +
 	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TOOL_CALL_STATUS_OK\x10\x01\x12\x1a\n" +
@@ -3650,140 +3736,143 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentsidecar_v1_agent_proto_rawDescData
 }
 
-var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
 var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
-	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
-	(StopReason)(0),                  // 2: agentsidecar.v1.StopReason
-	(BudgetStage)(0),                 // 3: agentsidecar.v1.BudgetStage
-	(BudgetPolicy)(0),                // 4: agentsidecar.v1.BudgetPolicy
-	(StageKind)(0),                   // 5: agentsidecar.v1.StageKind
-	(ToolHedge)(0),                   // 6: agentsidecar.v1.ToolHedge
-	(ToolCacheResult)(0),             // 7: agentsidecar.v1.ToolCacheResult
-	(ApprovalDecision)(0),            // 8: agentsidecar.v1.ApprovalDecision
-	(ToolAvailability)(0),            // 9: agentsidecar.v1.ToolAvailability
-	(*CreateSessionRequest)(nil),     // 10: agentsidecar.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 11: agentsidecar.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 12: agentsidecar.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 13: agentsidecar.v1.GetSessionResponse
-	(*DeleteSessionRequest)(nil),     // 14: agentsidecar.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 15: agentsidecar.v1.DeleteSessionResponse
-	(*Session)(nil),                  // 16: agentsidecar.v1.Session
-	(*Turn)(nil),                     // 17: agentsidecar.v1.Turn
-	(*StreamRunRequest)(nil),         // 18: agentsidecar.v1.StreamRunRequest
-	(*StreamRunResponse)(nil),        // 19: agentsidecar.v1.StreamRunResponse
-	(*RunStarted)(nil),               // 20: agentsidecar.v1.RunStarted
-	(*TextDelta)(nil),                // 21: agentsidecar.v1.TextDelta
-	(*ToolCallStarted)(nil),          // 22: agentsidecar.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),         // 23: agentsidecar.v1.ToolCallFinished
-	(*ApprovalRequired)(nil),         // 24: agentsidecar.v1.ApprovalRequired
-	(*StepFinished)(nil),             // 25: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 26: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 27: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 28: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 29: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 30: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 31: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 32: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 33: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 34: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 35: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 36: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 37: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 38: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 39: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 40: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 41: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 42: agentsidecar.v1.SessionTool
-	nil,                              // 43: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 44: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 47: agentsidecar.v1.ToolDescriptor
+	(RunPath)(0),                     // 1: agentsidecar.v1.RunPath
+	(ToolCallStatus)(0),              // 2: agentsidecar.v1.ToolCallStatus
+	(StopReason)(0),                  // 3: agentsidecar.v1.StopReason
+	(BudgetStage)(0),                 // 4: agentsidecar.v1.BudgetStage
+	(BudgetPolicy)(0),                // 5: agentsidecar.v1.BudgetPolicy
+	(StageKind)(0),                   // 6: agentsidecar.v1.StageKind
+	(ToolHedge)(0),                   // 7: agentsidecar.v1.ToolHedge
+	(ToolCacheResult)(0),             // 8: agentsidecar.v1.ToolCacheResult
+	(ApprovalDecision)(0),            // 9: agentsidecar.v1.ApprovalDecision
+	(ToolAvailability)(0),            // 10: agentsidecar.v1.ToolAvailability
+	(*CreateSessionRequest)(nil),     // 11: agentsidecar.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 12: agentsidecar.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 13: agentsidecar.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 14: agentsidecar.v1.GetSessionResponse
+	(*DeleteSessionRequest)(nil),     // 15: agentsidecar.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 16: agentsidecar.v1.DeleteSessionResponse
+	(*Session)(nil),                  // 17: agentsidecar.v1.Session
+	(*Turn)(nil),                     // 18: agentsidecar.v1.Turn
+	(*StreamRunRequest)(nil),         // 19: agentsidecar.v1.StreamRunRequest
+	(*StreamRunResponse)(nil),        // 20: agentsidecar.v1.StreamRunResponse
+	(*RunStarted)(nil),               // 21: agentsidecar.v1.RunStarted
+	(*TextDelta)(nil),                // 22: agentsidecar.v1.TextDelta
+	(*ToolCallStarted)(nil),          // 23: agentsidecar.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),         // 24: agentsidecar.v1.ToolCallFinished
+	(*ApprovalRequired)(nil),         // 25: agentsidecar.v1.ApprovalRequired
+	(*StepFinished)(nil),             // 26: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 27: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 28: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 29: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 30: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 31: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 32: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 33: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 34: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 35: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 36: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 37: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 38: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 39: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 40: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 41: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 42: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 43: agentsidecar.v1.SessionTool
+	nil,                              // 44: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 45: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 47: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 48: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	43, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	16, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
-	16, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	44, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	45, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	45, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	17, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
-	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	45, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	45, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	30, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	44, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	17, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
+	17, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
+	45, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	46, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	46, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	18, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
+	3,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
+	46, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	46, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	31, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	20, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
-	21, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
-	22, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
-	23, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
-	24, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	25, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	28, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	33, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
-	1,  // 20: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	46, // 21: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	34, // 22: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 23: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	28, // 24: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	2,  // 25: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	29, // 26: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	30, // 27: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	31, // 28: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	34, // 29: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	33, // 30: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	32, // 31: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	3,  // 32: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	46, // 33: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	46, // 34: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 35: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	35, // 36: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	46, // 37: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 38: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	46, // 39: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	46, // 40: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	36, // 41: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	37, // 42: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	46, // 43: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	46, // 44: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	46, // 45: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	46, // 46: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	30, // 47: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	46, // 48: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 49: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	46, // 50: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	46, // 51: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	46, // 52: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	46, // 53: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	7,  // 54: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	46, // 55: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	6,  // 56: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
-	46, // 57: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
-	8,  // 58: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	42, // 59: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	47, // 60: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	9,  // 61: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	10, // 62: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	12, // 63: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	14, // 64: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	18, // 65: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	26, // 66: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	38, // 67: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	40, // 68: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	11, // 69: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	13, // 70: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	15, // 71: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	19, // 72: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	27, // 73: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	39, // 74: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	41, // 75: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	69, // [69:76] is the sub-list for method output_type
-	62, // [62:69] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	21, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
+	22, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
+	23, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
+	24, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
+	25, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
+	26, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	29, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	34, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	1,  // 20: agentsidecar.v1.RunStarted.path:type_name -> agentsidecar.v1.RunPath
+	2,  // 21: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	47, // 22: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	35, // 23: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 24: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	29, // 25: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	3,  // 26: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	30, // 27: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	31, // 28: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	32, // 29: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	35, // 30: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	34, // 31: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	1,  // 32: agentsidecar.v1.RunResult.path:type_name -> agentsidecar.v1.RunPath
+	33, // 33: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	4,  // 34: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	47, // 35: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	47, // 36: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	5,  // 37: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	36, // 38: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	47, // 39: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	6,  // 40: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	47, // 41: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	47, // 42: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	37, // 43: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	38, // 44: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	47, // 45: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	47, // 46: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	47, // 47: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	47, // 48: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	31, // 49: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	47, // 50: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	2,  // 51: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	47, // 52: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	47, // 53: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	47, // 54: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	47, // 55: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	8,  // 56: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	47, // 57: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 58: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
+	47, // 59: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
+	9,  // 60: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	43, // 61: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	48, // 62: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	10, // 63: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	11, // 64: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	13, // 65: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	15, // 66: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	19, // 67: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	27, // 68: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	39, // 69: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	41, // 70: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	12, // 71: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	14, // 72: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	16, // 73: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	20, // 74: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	28, // 75: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	40, // 76: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	42, // 77: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	71, // [71:78] is the sub-list for method output_type
+	64, // [64:71] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -3811,7 +3900,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
-			NumEnums:      10,
+			NumEnums:      11,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -18,6 +18,12 @@ class OutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTPUT_MODE_STREAMED: _ClassVar[OutputMode]
     OUTPUT_MODE_STRUCTURED: _ClassVar[OutputMode]
 
+class RunPath(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_PATH_UNSPECIFIED: _ClassVar[RunPath]
+    RUN_PATH_FULL: _ClassVar[RunPath]
+    RUN_PATH_LIGHT: _ClassVar[RunPath]
+
 class ToolCallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_CALL_STATUS_UNSPECIFIED: _ClassVar[ToolCallStatus]
@@ -100,6 +106,9 @@ class ToolAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 OUTPUT_MODE_UNSPECIFIED: OutputMode
 OUTPUT_MODE_STREAMED: OutputMode
 OUTPUT_MODE_STRUCTURED: OutputMode
+RUN_PATH_UNSPECIFIED: RunPath
+RUN_PATH_FULL: RunPath
+RUN_PATH_LIGHT: RunPath
 TOOL_CALL_STATUS_UNSPECIFIED: ToolCallStatus
 TOOL_CALL_STATUS_OK: ToolCallStatus
 TOOL_CALL_STATUS_ERROR: ToolCallStatus
@@ -291,16 +300,18 @@ class StreamRunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("session_id", "profile", "model", "variant")
+    __slots__ = ("session_id", "profile", "model", "variant", "path")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     profile: str
     model: str
     variant: str
-    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ...) -> None: ...
+    path: RunPath
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("step", "text")
@@ -381,7 +392,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -392,6 +403,7 @@ class RunResult(_message.Message):
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -402,7 +414,8 @@ class RunResult(_message.Message):
     tool_calls: int
     budget_overruns: _containers.RepeatedCompositeFieldContainer[BudgetExceeded]
     variant: str
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ...) -> None: ...
+    path: RunPath
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
