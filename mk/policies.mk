@@ -3,8 +3,9 @@
 #
 # bench-hedging  python -m bench.micro.hedging: a heavy-tailed tool with hedging off and on.
 # bench-cost     python -m bench.micro.cost_guard: runs capped by the cost guard, a day's quota.
+# bench-light    python -m bench.micro.light_path: a load ramp, with and without a light path.
 
-.PHONY: bench-hedging bench-cost
+.PHONY: bench-hedging bench-cost bench-light
 
 ## bench-hedging: a heavy-tailed tool with hedging off and on: tool stage P50 and P99,
 ## extra calls (about 1 minute).
@@ -16,4 +17,9 @@ bench-hedging: install
 bench-cost: install
 	$(PY) -m bench.micro.cost_guard
 
-bench: bench-hedging bench-cost
+## bench-light: a load ramp against a sidecar with and without a light path: runs
+## answered, refused OVERLOADED, within the budget (about 2 minutes).
+bench-light: install
+	$(PY) -m bench.micro.light_path
+
+bench: bench-hedging bench-cost bench-light

@@ -272,6 +272,13 @@ MICRO = {
         "research runs of random depth with the cost guard off and on, capped at the median "
         "run's cost, and a principal's daily quota (docs/runtime-policies.md#the-cost-guard).",
     ),
+    "light_path": (
+        "The light path under a load ramp",
+        "make bench-light",
+        "runs arriving at rising rates against a sidecar that refuses past its capacity and "
+        "one whose profile has a light variant "
+        "(docs/runtime-policies.md#the-light-path-under-load).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
