@@ -26,10 +26,11 @@ from sidecar.agent.scope import RunScope
 from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tokens import tokens_of
+from sidecar.tools.ahead import EarlyCalls
 from sidecar.tools.availability import ToolAccess
 from sidecar.tools.catalog import ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
-from sidecar.tools.dispatch import Dispatcher, EarlyCalls
+from sidecar.tools.dispatch import Dispatcher
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     MODEL_PACING,
