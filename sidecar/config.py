@@ -394,6 +394,30 @@ class RollbackConfig(_Strict):
     caught in every one, after 50 runs at the median."""
 
 
+class SpeculationConfig(_Strict):
+    """Speculative prefetch: the first step's read-only, idempotent calls the model is very
+    likely to ask for start while it thinks, predicted by rules learned from the profile's
+    stored turns (an order number in the input, say, followed by a status lookup of it)."""
+
+    enabled: bool = False
+    """Start predicted calls before the model asks for them. Off by default: a call the
+    model does not ask for is extra load on its tool server."""
+    min_precision: float = Field(0.9, gt=0, le=1)
+    """A rule is used once, over the turns it was learned from, this share of the calls it
+    predicted were the model's own (the rest would have been waste). Default 0.9: at most
+    about one speculated call in ten is wasted."""
+    min_support: int = Field(20, ge=1)
+    """A rule is used once it predicted a call for at least this many of the stored turns:
+    a precision over fewer is luck. Default 20."""
+    history_turns: int = Field(500, ge=10, le=10_000)
+    """The latest turns of the profile's sessions the rules are learned from."""
+    relearn_interval: float = Field(60.0, gt=0)
+    """Seconds between learnings from the session store (every replica's turns, when the
+    store is shared)."""
+    max_calls: int = Field(3, ge=1, le=16)
+    """Calls speculated per run at most, the most precise rules' first."""
+
+
 class LightContextConfig(_Strict):
     """The light path's context window: keys of the profile's ``context`` that differ."""
 
@@ -461,6 +485,8 @@ class ProfileConfig(_Strict):
     the top-level model alone."""
     rollback: RollbackConfig = RollbackConfig()
     """When a canary is taken out of rotation automatically."""
+    speculation: SpeculationConfig = SpeculationConfig()
+    """Speculative prefetch of the first step's likely calls; off by default."""
     light: LightConfig | None = None
     """The light variant new runs take while the sidecar is overloaded
     (``server.light_path``), instead of being refused; unset: runs always take the full

@@ -281,6 +281,9 @@ class RunOutcome:
     """The profile's model variant the run used; empty when the profile has none."""
     path: RunPath = RunPath.FULL
     """The profile's full path, or its light variant (the sidecar was overloaded)."""
+    speculated: int = 0
+    """Calls started before the model asked for them (speculative prefetch); the ones it
+    asked for are the TOOL_CALL stages marked ``speculated``, the rest were wasted."""
 
     @classmethod
     def failed(
@@ -348,6 +351,9 @@ class ToolOutcome:
     """Whether a second copy was sent (``tool_servers[].hedge``), and which answered."""
     hedge_delay: float | None = None
     """Seconds after the first copy the second was sent; None when none was."""
+    speculated: bool = False
+    """Started before the model asked for it (speculative prefetch), and answered from
+    that start."""
 
 
 class EventSink(Protocol):

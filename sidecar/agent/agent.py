@@ -18,6 +18,7 @@ from sidecar.agent.conversations import Conversations, SessionPage
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.speculation import Speculation
 from sidecar.agent.turns import DEFAULT_RUN_TIMEOUT, ClaimedTurn, Turns
 from sidecar.config import LightPathConfig
 from sidecar.errors import CallNotPending, FieldViolation
@@ -74,6 +75,9 @@ class Agent:
         telemetry = telemetry or Telemetry(label="agent-sidecar")
         self.admission = Admission(max_runs, light_path, on_overload=telemetry.overloaded)
         self.approvals = Approvals()
+        self.speculation = Speculation(
+            store, lambda: snapshot().config, on_learned=telemetry.speculation_learned
+        )
         self.conversations = Conversations(
             store,
             snapshot=snapshot,
@@ -94,6 +98,7 @@ class Agent:
             approvals=self.approvals,
             telemetry=telemetry,
             audit=self.audit,
+            speculation=self.speculation,
         )
 
     # -- the drain -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from sidecar.agent.scope import RunScope
 from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tokens import tokens_of
-from sidecar.tools.ahead import EarlyCalls
+from sidecar.tools.ahead import EarlyCalls, Prefetch
 from sidecar.tools.availability import ToolAccess
 from sidecar.tools.catalog import ToolCatalog
 from sidecar.tools.connection import ToolServerConnection
@@ -122,6 +122,7 @@ class AgentLoop:
         finally:
             if run.early is not None:
                 run.early.cancel()  # the run ended (or was cancelled) before its tools
+            run.end_speculation()
 
 
 class _Run:
@@ -146,6 +147,8 @@ class _Run:
         self.history: Sequence[dict[str, Any]] = ()
         self.new: list[dict[str, Any]] = []  # what the run adds to the conversation
         self.early: EarlyCalls | None = None  # this step's calls started from the stream
+        self.prefetch: Prefetch | None = None  # the first step's speculated calls
+        self.speculated = 0
         self.spend = scope.spend
         self._tools_tokens: tuple[object, int] = ((), 0)  # a tool list and its tokens
         self._history_tokens: int | None = None  # of the system prompt and the history
@@ -174,6 +177,7 @@ class _Run:
         error: RunError | None = None,
     ) -> RunResultWithMessages:
         total = self.clock.now()
+        self.end_speculation()
         if self.budget is not None:
             self._report_overruns(self.steps)
         self._stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, _uncovered(self.stages, total))
@@ -188,8 +192,17 @@ class _Run:
             error=error,
             overruns=self.overruns,
             repairs=self.repairs,
+            speculated=self.speculated,
         )
         return RunResultWithMessages(outcome, new_messages)
+
+    def end_speculation(self) -> None:
+        """Drop the speculated calls the model did not ask for (once its first step's
+        calls were dispatched, or the run ended)."""
+        if self.prefetch is not None:
+            self.prefetch.discard()
+            self.speculated = self.prefetch.started
+            self.prefetch = None
 
     @property
     def _streamed(self) -> bool:
@@ -234,9 +247,14 @@ class _Run:
             if scope.trace is not None:
                 scope.trace.step(step, built)
             self._stage(StageKind.CONTEXT_BUILD, "context", step, built, self.clock.now() - built)
+            if step == 1 and scope.speculate:
+                # While the model thinks: its likely first calls, answered when it asks.
+                step_scope = scope.step(step, self._tools_deadline(), approvals=False)
+                self.prefetch = Prefetch(self.loop._dispatcher, step_scope)
+                self.prefetch.start(scope.speculate)
             if stream and config.early_dispatch:
                 step_scope = scope.step(step, self._tools_deadline(), approvals=False)
-                self.early = EarlyCalls(self.loop._dispatcher, step_scope)
+                self.early = EarlyCalls(self.loop._dispatcher, step_scope, self.prefetch)
             try:
                 response = await self._think(
                     step,
@@ -321,8 +339,11 @@ class _Run:
 
             stage_start = self.clock.now()
             step_scope = scope.step(step, self._tools_deadline())
-            outcomes = await self.loop._dispatcher.run_step(step_scope, calls, self.early)
+            outcomes = await self.loop._dispatcher.run_step(
+                step_scope, calls, self.early, self.prefetch
+            )
             self.early = None
+            self.end_speculation()
             if self.budget is not None:
                 self.budget.tools_spent += self.clock.now() - stage_start
             for o in outcomes:

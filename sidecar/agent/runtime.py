@@ -260,6 +260,7 @@ class Runtime:
             light_path=config.server.light_path,
             max_sessions=config.sessions.max_sessions,
         )
+        self._agent.speculation.start()
         if self.telemetry.metrics is not None:
             metrics = config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
@@ -296,6 +297,8 @@ class Runtime:
                     await self._agent.wait_idle()
             except TimeoutError:
                 log.warning("runs still storing their turns after 5s; closing the store")
+        if self._agent is not None:
+            await self._agent.speculation.close()
         if self.memory is not None:
             await self.memory.close()
         if self.results is not None:
@@ -341,6 +344,7 @@ class Runtime:
             config, previous=self.snapshot
         )  # may raise: nothing changed
         self._snapshot, self._config = snapshot, config
+        self.agent.speculation.start()  # a profile may speculate now
         if self.is_ready:
             self._check_profile_tools()
         return changed

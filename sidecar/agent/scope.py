@@ -17,7 +17,7 @@ from sidecar.agent.profiles import Profile
 from sidecar.agent.spend import RunSpend
 from sidecar.agent.variants import RunModels
 from sidecar.tools.dispatch import Approver, StepScope, ToolCallListener
-from sidecar.types import Clock, EventSink
+from sidecar.types import Clock, EventSink, ToolCall
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
@@ -61,6 +61,9 @@ class RunScope:
     """Its cost guard: what it may still spend; None when nothing limits it."""
     token_scale: float = 1.0
     """Provider tokens per estimated token for its session (the calibration)."""
+    speculate: Sequence[ToolCall] = ()
+    """The first step's calls its input predicts (speculative prefetch): started while the
+    model thinks."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.

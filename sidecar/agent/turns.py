@@ -36,6 +36,7 @@ from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import LightPath, Profile
 from sidecar.agent.scope import RunScope
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.speculation import Speculation
 from sidecar.agent.spend import DailySpend, RunSpend
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.context.calibration import TokenCalibration
@@ -132,6 +133,7 @@ class Turns:
         approvals: The calls waiting for a decision.
         telemetry: Metrics, tracing and the timeline log.
         audit: The audit record.
+        speculation: Predicts the first calls of a speculating profile's runs.
     """
 
     def __init__(
@@ -146,8 +148,10 @@ class Turns:
         approvals: Approvals,
         telemetry: Telemetry,
         audit: AuditLog,
+        speculation: Speculation | None = None,
     ) -> None:
         self._loop = loop
+        self._speculation = speculation
         self._store = store
         self._model = model
         self._snapshot = snapshot
@@ -406,6 +410,9 @@ class Turns:
                 counted=turn.counted,
             ),
             token_scale=self.calibration.ratio(models.answer.name, turn.session.session_id),
+            speculate=self._speculation.predict(profile, turn.input)
+            if self._speculation is not None
+            else (),
         )
 
     async def _end(

@@ -92,6 +92,7 @@ def _tool_call(o: ToolOutcome) -> agent_pb2.ToolCallTiming:
         cache_saved=duration(o.saved) if o.cache in _SAVED else None,
         hedge=_enum(o.hedge),
         hedge_delay=_optional(o.hedge_delay),
+        speculated=o.speculated,
     )
 
 

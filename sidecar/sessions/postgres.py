@@ -336,6 +336,15 @@ class PostgresSessionStore:
         )
         return bool(status != "UPDATE 0")
 
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        rows = await self.pool.fetch(
+            "SELECT t.data FROM agent_turns t JOIN agent_sessions s USING (session_id)"
+            " WHERE s.profile = $1 ORDER BY t.id DESC LIMIT $2",
+            profile,
+            limit,
+        )
+        return [decode_turn(row["data"]) for row in reversed(rows)]
+
     # -- spend --------------------------------------------------------------------------
 
     async def spent(self, principal: str, day: str) -> tuple[float, int]:

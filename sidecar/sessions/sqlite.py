@@ -498,6 +498,22 @@ class SqliteSessionStore:
         )
         return cursor.rowcount > 0
 
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        rows = await self._call(self._recent_sync, profile, limit)
+        return [decode_turn(data) for (data,) in reversed(rows)]
+
+    def _recent_sync(self, profile: str, limit: int) -> list[tuple[bytes]]:
+        # Newest first by the turns' own key: the query stops after ``limit`` rows.
+        return (
+            self._conn()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.session_id = t.session_id"
+                " WHERE s.profile = ? ORDER BY t.id DESC LIMIT ?",
+                (profile, limit),
+            )
+            .fetchall()
+        )
+
     # -- spend --------------------------------------------------------------------------
 
     async def spent(self, principal: str, day: str) -> tuple[float, int]:

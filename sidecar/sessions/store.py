@@ -107,6 +107,11 @@ class SessionStore(Protocol):
         stored memory already covers as many; True when it was stored."""
         ...
 
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        """The latest ``limit`` turns of the sessions of ``profile``, oldest first (what
+        speculative prefetch learns from)."""
+        ...
+
     async def spent(self, principal: str, day: str) -> tuple[float, int]:
         """What ``principal``'s runs spent on ``day`` (``YYYY-MM-DD``, UTC): the cost in
         the price table's currency, and the tokens of models it has no price for."""
@@ -200,6 +205,11 @@ class MemorySessionStore:
         session.memory = memory
         session.memory_turns = memory_turns
         return True
+
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        turns = [t for s in self._sessions.values() if s.profile == profile for t in s.turns]
+        turns.sort(key=lambda t: t.end_time)
+        return turns[-limit:] if limit > 0 else []
 
     async def spent(self, principal: str, day: str) -> tuple[float, int]:
         return self._spend.get((principal, day), (0.0, 0))

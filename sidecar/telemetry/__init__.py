@@ -136,6 +136,12 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.overloaded.set(1 if overloaded else 0)
 
+    def speculation_learned(self, profile: str, rules: int, turns: int) -> None:
+        """A profile's speculation rules were learned again."""
+        log.debug("profile %s: %d speculation rules from %d turns", profile, rules, turns)
+        if self.metrics is not None:
+            self.metrics.speculation_rules.labels(profile).set(rules)
+
     def principal_cost(self, principal: str, usd: float) -> None:
         """Count what a principal's run cost (metrics on)."""
         if self.metrics is not None:

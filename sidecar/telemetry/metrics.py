@@ -275,6 +275,20 @@ class Metrics:
             "with a light variant take it; 0 otherwise.",
             registry=r,
         )
+        self.speculated_calls = Counter(
+            "agent_sidecar_speculated_calls",
+            "Tool calls started before the model asked for them (speculative prefetch), by "
+            "result: used (the model asked for it) or wasted (it did not).",
+            ["profile", "result"],
+            registry=r,
+        )
+        self.speculation_rules = Gauge(
+            "agent_sidecar_speculation_rules",
+            "Rules speculative prefetch learned for a profile at its last learning (each "
+            "predicts a first-step call from the input, above the profile's precision).",
+            ["profile"],
+            registry=r,
+        )
         self.light_runs = Counter(
             "agent_sidecar_light_runs",
             "Runs that took their profile's light path because the sidecar was overloaded.",
@@ -417,6 +431,14 @@ class Metrics:
         series.run_duration.observe(outcome.total)
         if outcome.path is RunPath.LIGHT:
             self.light_runs.labels(profile).inc()
+        if outcome.speculated:
+            used = sum(
+                1
+                for s in outcome.stages
+                if isinstance(s.detail, ToolOutcome) and s.detail.speculated
+            )
+            self.speculated_calls.labels(profile, "used").inc(used)
+            self.speculated_calls.labels(profile, "wasted").inc(outcome.speculated - used)
         stages = series.stages
         for stage in outcome.stages:
             detail = stage.detail

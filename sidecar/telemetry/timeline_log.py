@@ -95,6 +95,8 @@ def stage_record(stage: Stage) -> dict[str, Any]:
         if detail.hedge:
             record["hedge"] = detail.hedge.name.lower()
             record["hedge_delay"] = detail.hedge_delay
+        if detail.speculated:
+            record["speculated"] = True
     return record
 
 
@@ -152,6 +154,8 @@ def run_record(
         record["error"] = outcome.error.code
     if outcome.path is RunPath.LIGHT:
         record["path"] = "light"
+    if outcome.speculated:
+        record["speculated"] = outcome.speculated
     return record
 
 

@@ -5,9 +5,9 @@ earlier call's (one writes a key the other reads or writes): it waits for that c
 conflicting writes happen in the model's order and the rest never wait. A step's tool
 stage costs the slowest chain, not the sum.
 
-When the model's answer streams, calls may start ahead of their step
-(:mod:`sidecar.tools.ahead`) as soon as their arguments are complete; the step claims
-each such call instead of starting it again.
+Calls may start ahead of their step (:mod:`sidecar.tools.ahead`): from the model's stream
+as soon as their arguments are complete, or speculated before the model answered; the
+step claims each such call instead of starting it again.
 
 Each call, in order: the tool must exist and be allowed; its arguments are validated
 against the schema (a violation goes back to the model and never reaches the server);
@@ -47,7 +47,7 @@ from sidecar.types import Clock, EventSink, HedgeResult, ToolCall, ToolCallStatu
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace, ToolSpan
-    from sidecar.tools.ahead import EarlyCalls, Started
+    from sidecar.tools.ahead import EarlyCalls, Prefetch, Started
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
 _SERVER_FAULTS = frozenset(
@@ -184,6 +184,7 @@ class Dispatcher:
         scope: StepScope,
         calls: Sequence[ToolCall],
         early: EarlyCalls | None = None,
+        prefetch: Prefetch | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -191,15 +192,24 @@ class Dispatcher:
             scope: What the step's calls share.
             calls: The model's tool calls, in its order.
             early: The calls of this step already started from the model's stream.
+            prefetch: The calls speculated before the model answered.
         """
         claimed: dict[int, Started] = {}
         prepared: list[Prepared] = []
         for call in calls:
             # Calls announced by the stream were parsed and validated then: not again.
             item, started = early.claim(call) if early is not None else (None, None)
+            item = item or self.prepare(call, scope)
+            # A speculated read ran before this answer's writes: never after one it reads.
+            if (
+                started is None
+                and prefetch is not None
+                and not any(conflicts(p, item) for p in prepared)
+            ):
+                started = prefetch.claim(item)
             if started is not None:
                 claimed[len(prepared)] = started
-            prepared.append(item or self.prepare(call, scope))
+            prepared.append(item)
         if early is not None:
             early.cancel()  # started calls the final answer does not hold
         done = [asyncio.Event() for _ in prepared]

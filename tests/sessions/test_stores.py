@@ -204,6 +204,24 @@ async def test_a_principals_spend_adds_up_per_day_and_concurrent_adds_lose_nothi
 
 
 @pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_the_latest_turns_of_a_profiles_sessions_come_oldest_first(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    for session_id, profile in (("a", "support"), ("b", "other"), ("c", "support")):
+        await store.create(profile, session_id, {})
+    end = 1_800_000_000.0
+    for i, session_id in enumerate(["a", "b", "c", "a", "c"]):
+        await store.begin_turn(session_id, f"r{i}", f"turn {i}", end + i - 1)
+        await store.finish_turn(session_id, _turn(f"r{i}", f"turn {i}", end=end + i))
+    recent = await store.recent_turns("support", 3)
+    assert [t.run_id for t in recent] == ["r2", "r3", "r4"]
+    assert [t.messages[0]["content"] for t in recent] == ["turn 2", "turn 3", "turn 4"]
+    assert [t.run_id for t in await store.recent_turns("other", 10)] == ["r1"]
+    assert await store.recent_turns("nobody", 10) == []
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
 async def test_memory_only_ever_moves_forward(open_store: OpenStore) -> None:
     store = await open_store()
     await store.create("default", "s1", {})

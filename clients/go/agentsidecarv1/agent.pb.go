@@ -3029,7 +3029,15 @@ type ToolCallTiming struct {
 	Hedge ToolHedge `protobuf:"varint,11,opt,name=hedge,proto3,enum=agentsidecar.v1.ToolHedge" json:"hedge,omitempty"`
 	// For a hedged call: how long after the first copy the second was sent
 	// (the tool's observed latency percentile at the time). Unset otherwise.
-	HedgeDelay    *durationpb.Duration `protobuf:"bytes,12,opt,name=hedge_delay,json=hedgeDelay,proto3" json:"hedge_delay,omitempty"`
+	HedgeDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=hedge_delay,json=hedgeDelay,proto3" json:"hedge_delay,omitempty"`
+	// True when the call was started before the model asked for it
+	// (speculative prefetch: the profile's learned rules predicted it from the
+	// run's input), and the model then asked for it with the same arguments:
+	// its result is that call's. The stage starts when the speculation did,
+	// often before the model call that asked for it ended; the overlap is time
+	// the run saved. Speculated calls the model did not ask for are not in the
+	// timeline (agent_sidecar_speculated_calls_total counts them as wasted).
+	Speculated    bool `protobuf:"varint,13,opt,name=speculated,proto3" json:"speculated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3146,6 +3154,13 @@ func (x *ToolCallTiming) GetHedgeDelay() *durationpb.Duration {
 		return x.HedgeDelay
 	}
 	return nil
+}
+
+func (x *ToolCallTiming) GetSpeculated() bool {
+	if x != nil {
+		return x.Speculated
+	}
+	return false
 }
 
 // ApproveToolCallRequest answers an approval_required event.
@@ -3606,7 +3621,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12<\n" +
-	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\x9c\x05\n" +
+	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\xbc\x05\n" +
 	"\x0eToolCallTiming\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12D\n" +
@@ -3622,7 +3637,10 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"cacheSaved\x120\n" +
 	"\x05hedge\x18\v \x01(\x0e2\x1a.agentsidecar.v1.ToolHedgeR\x05hedge\x12:\n" +
 	"\vhedge_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"hedgeDelay\"\xa7\x01\n" +
+	"hedgeDelay\x12\x1e\n" +
+	"\n" +
+	"speculated\x18\r \x01(\bR\n" +
+	"speculated\"\xa7\x01\n" +
 	"\x16ApproveToolCallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +

@@ -524,7 +524,7 @@ class ModelCallTiming(_message.Message):
     def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
-    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved", "hedge", "hedge_delay")
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved", "hedge", "hedge_delay", "speculated")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -537,6 +537,7 @@ class ToolCallTiming(_message.Message):
     CACHE_SAVED_FIELD_NUMBER: _ClassVar[int]
     HEDGE_FIELD_NUMBER: _ClassVar[int]
     HEDGE_DELAY_FIELD_NUMBER: _ClassVar[int]
+    SPECULATED_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     status: ToolCallStatus
     handler_duration: _duration_pb2.Duration
@@ -549,7 +550,8 @@ class ToolCallTiming(_message.Message):
     cache_saved: _duration_pb2.Duration
     hedge: ToolHedge
     hedge_delay: _duration_pb2.Duration
-    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hedge: _Optional[_Union[ToolHedge, str]] = ..., hedge_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    speculated: bool
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hedge: _Optional[_Union[ToolHedge, str]] = ..., hedge_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., speculated: _Optional[bool] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ("session_id", "call_id", "decision", "reason")
