@@ -272,6 +272,12 @@ MICRO = {
         "research runs of random depth with the cost guard off and on, capped at the median "
         "run's cost, and a principal's daily quota (docs/runtime-policies.md#the-cost-guard).",
     ),
+    "speculation": (
+        "Speculative prefetch on repeated turns",
+        "make bench-speculation",
+        "support-desk turns through a sidecar whose profile speculates and one that does "
+        "not (docs/runtime-policies.md#speculative-prefetch).",
+    ),
     "light_path": (
         "The light path under a load ramp",
         "make bench-light",
