@@ -797,6 +797,11 @@ class QuotaConfig(_Strict):
     """Tokens its runs may use in a day (UTC) on models the price table has no price for;
     as ``daily_cost``."""
 
+    @property
+    def daily(self) -> bool:
+        """Whether the principal's runs count against a daily quota."""
+        return self.daily_cost is not None or self.daily_tokens is not None
+
 
 class PrincipalConfig(_Strict):
     """One caller: how it proves who it is, and what it may use.

@@ -61,7 +61,7 @@ class DailySpend:
             QuotaExceeded: it has used up a daily quota (retry after midnight UTC).
         """
         quota = principal.quota
-        if quota.daily_cost is None and quota.daily_tokens is None:
+        if not quota.daily:
             return False
         now = time.time()
         cost, tokens = await self._store.spent(principal.name, utc_day(now))

@@ -233,7 +233,8 @@ class Turns:
             started=time.time(),
             clock=clock,
         )
-        turn.counted = await self.daily.check(principal)
+        if principal.quota.daily:  # one read of the store, only for a daily quota
+            turn.counted = await self.daily.check(principal)
         # Only a run that starts spends a quota: taken now, given back if the claim fails
         # (a busy session, one deleted meanwhile, the caller gone).
         mark = self.quotas.admit(principal)
