@@ -100,12 +100,15 @@ def sidecar(
     auth: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
     source: Path | None = None,
+    prices: dict[str, Any] | None = None,
+    telemetry: dict[str, Any] | None = None,
 ) -> ServerProcess:
     """A sidecar on ``sim`` and ``tools``; ``store`` is its session store (each sidecar
     gets a SQLite file of its own in ``workdir``); ``profiles`` replaces the default one;
-    ``env`` adds to its environment; ``server``, ``auth``, ``model`` and ``tool_server``
-    (merged into every tool server's entry) add configuration; ``source`` runs another
-    source tree's sidecar (an older commit's, for a before and after)."""
+    ``env`` adds to its environment; ``server``, ``auth``, ``model``, ``prices``,
+    ``telemetry`` and ``tool_server`` (merged into every tool server's entry) add
+    configuration; ``source`` runs another source tree's sidecar (an older commit's, for
+    a before and after)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=workdir, delete=False) as config_file:
         sessions: dict[str, Any] = {"store": store}
         if store == "sqlite":
@@ -133,6 +136,10 @@ def sidecar(
             config["auth"] = auth
         if profiles is not None:
             config["profiles"] = profiles
+        if prices is not None:
+            config["prices"] = prices
+        if telemetry is not None:
+            config["telemetry"] = telemetry
         yaml.safe_dump(config, config_file)
     return start(
         "-m", _sidecar_module(source), "serve", "--config", config_file.name, env=env, source=source

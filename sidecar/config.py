@@ -99,6 +99,39 @@ class BreakerPolicy(_Strict):
         return self
 
 
+class HedgePolicy(_Strict):
+    """When a slow call to one of a tool server's idempotent tools gets a second copy.
+
+    A call still unanswered after its tool's observed ``percentile`` latency (never before
+    ``min_delay``) is sent again; the first answer wins and the other copy is cancelled.
+    Only while the server's breaker is closed, and only as far as ``budget`` allows."""
+
+    percentile: float = Field(95.0, gt=0, lt=100)
+    """The latency, as a percentile of the tool's recent calls, after which a call is sent
+    again. Default 95: about one call in twenty is hedged. It cuts a tail thinner than
+    ``100 - percentile`` percent of calls: when 5% of calls are slow, the 95th percentile
+    is itself a slow call, and 90 is the setting (with ``budget`` 0.1)."""
+    min_delay: float = Field(0.005, ge=0)
+    """Seconds a call waits at least before its second copy, whatever the percentile
+    says. Default 5 ms: below it a second copy saves too little to pay for itself."""
+    min_samples: int = Field(50, ge=1)
+    """Answered calls of a tool the sidecar must have seen before it hedges that tool's
+    calls: a percentile of fewer is a guess. Default 50."""
+    window: int = Field(200, ge=10, le=10_000)
+    """How many of a tool's latest answered calls the percentile is taken over. Default
+    200: minutes of history at a few calls a second, seconds at hundreds."""
+    budget: float = Field(0.05, gt=0, le=1)
+    """The most second copies the server gets, as a share of the calls sent to it (a token
+    bucket: each call earns this share of a copy, at most ten copies saved up). Default
+    0.05: hedging adds at most 5% to the server's load, even when every call is slow."""
+
+    @model_validator(mode="after")
+    def _window_holds_the_samples(self) -> HedgePolicy:
+        if self.window < self.min_samples:
+            raise ValueError("window must be at least min_samples")
+        return self
+
+
 class ClientTlsConfig(_Strict):
     """TLS from the sidecar to a server it calls."""
 
@@ -131,6 +164,9 @@ class ToolServerConfig(_Strict):
     """Retries for idempotent tools on UNAVAILABLE / RESOURCE_EXHAUSTED; others never retry."""
     breaker: BreakerPolicy = BreakerPolicy()
     """The server's circuit breaker."""
+    hedge: HedgePolicy | None = None
+    """Hedged calls to the server's idempotent tools; unset: a call is sent once (and
+    retried only after a failure)."""
     discovery_timeout: float = Field(5.0, gt=0)
     """Seconds to wait for the server's tool list at start before starting without it."""
     version_of: str | None = None
@@ -403,6 +439,19 @@ class BudgetConfig(_Strict):
         return any(b is not None for b in (self.total, self.model, self.tools, self.other))
 
 
+class CostConfig(_Strict):
+    """What one run of a profile may spend (the cost guard). A model call that would take
+    the run past a limit is not made: the run stops with STOP_REASON_COST_LIMIT, between
+    calls, never during a tool call."""
+
+    per_run: float | None = Field(None, gt=0)
+    """The most a run may cost, in the price table's currency (``prices``: US dollars),
+    counting the calls to models the table prices. Unset: no limit."""
+    tokens_per_run: int | None = Field(None, ge=1)
+    """The most tokens (prompt and completion) a run may use on models the price table
+    has no price for, which ``per_run`` cannot count. Unset: no limit."""
+
+
 class ContextConfig(_Strict):
     """How a profile's model input is kept small: the window, tool-result trimming, memory.
 
@@ -488,6 +537,58 @@ class RollbackConfig(_Strict):
     caught in every one, after 50 runs at the median."""
 
 
+class SpeculationConfig(_Strict):
+    """Speculative prefetch: the first step's read-only, idempotent calls the model is very
+    likely to ask for start while it thinks, predicted by rules learned from the profile's
+    stored turns (an order number in the input, say, followed by a status lookup of it)."""
+
+    enabled: bool = False
+    """Start predicted calls before the model asks for them. Off by default: a call the
+    model does not ask for is extra load on its tool server."""
+    min_precision: float = Field(0.9, gt=0, le=1)
+    """A rule is used once, over the turns it was learned from, this share of the calls it
+    predicted were the model's own (the rest would have been waste). Default 0.9: at most
+    about one speculated call in ten is wasted."""
+    min_support: int = Field(20, ge=1)
+    """A rule is used once it predicted a call for at least this many of the stored turns:
+    a precision over fewer is luck. Default 20."""
+    history_turns: int = Field(500, ge=10, le=10_000)
+    """The latest turns of the profile's sessions the rules are learned from."""
+    relearn_interval: float = Field(60.0, gt=0)
+    """Seconds between learnings from the session store (every replica's turns, when the
+    store is shared)."""
+    max_calls: int = Field(3, ge=1, le=16)
+    """Calls speculated per run at most, the most precise rules' first."""
+
+
+class LightContextConfig(_Strict):
+    """The light path's context window: keys of the profile's ``context`` that differ."""
+
+    max_tokens: int | None = Field(None, ge=256)
+    """Token budget of the model input on the light path; unset: the profile's."""
+    keep_recent_turns: int | None = Field(None, ge=0)
+    """The most recent turns always sent whole on the light path; unset: the profile's."""
+
+
+class LightConfig(_Strict):
+    """A profile's light variant: what a run does instead of being refused when the sidecar
+    is overloaded (``server.light_path``). Every key left unset is the profile's own; the
+    light path never tiers, never writes memory summaries (it reads the memory there is),
+    and its runs are not judged against the session's variant."""
+
+    model: dict[str, Any] = Field(default_factory=dict)
+    """The light path's model, as keys of the top-level ``model`` section that differ (a
+    smaller, faster model: ``{model: llama-3.1-8b-instant}``); empty: the top-level model."""
+    system_prompt: str | None = None
+    """Its system prompt (a shorter one); unset: the profile's."""
+    max_steps: int | None = Field(None, ge=1, le=256)
+    """Model calls per light run; unset: the profile's."""
+    max_tool_calls: int | None = Field(None, ge=0, le=4096)
+    """Tool calls per light run; unset: the profile's."""
+    context: LightContextConfig = LightContextConfig()
+    """A shorter context window."""
+
+
 class ProfileConfig(_Strict):
     """An agent profile: what the agent is told, which tools it may use, its limits."""
 
@@ -512,6 +613,8 @@ class ProfileConfig(_Strict):
     """Start read-only calls while the model is still streaming the rest of its answer."""
     budget: BudgetConfig = BudgetConfig()
     """The profile's latency budget; unset budgets are not checked."""
+    cost: CostConfig = CostConfig()
+    """What a run may spend; unset limits are not checked."""
     context: ContextConfig = ContextConfig()
     """The context window, tool-result trimming and memory of the profile's sessions."""
     tools_model: dict[str, Any] | None = None
@@ -525,6 +628,34 @@ class ProfileConfig(_Strict):
     the top-level model alone."""
     rollback: RollbackConfig = RollbackConfig()
     """When a canary is taken out of rotation automatically."""
+    speculation: SpeculationConfig = SpeculationConfig()
+    """Speculative prefetch of the first step's likely calls; off by default."""
+    light: LightConfig | None = None
+    """The light variant new runs take while the sidecar is overloaded
+    (``server.light_path``), instead of being refused; unset: runs always take the full
+    path."""
+
+    def light_profile(self) -> ProfileConfig | None:
+        """The profile as its light path runs it; None when it has none."""
+        light = self.light
+        if light is None:
+            return None
+        context = self.context.model_copy(
+            update={k: v for k, v in light.context.model_dump().items() if v is not None}
+        )
+        return self.model_copy(
+            update={
+                "system_prompt": light.system_prompt or self.system_prompt,
+                "max_steps": light.max_steps or self.max_steps,
+                "max_tool_calls": self.max_tool_calls
+                if light.max_tool_calls is None
+                else light.max_tool_calls,
+                "context": context,
+                "tools_model": None,
+                "variants": [],
+                "light": None,
+            }
+        )
 
     @field_validator("answer_schema")
     @classmethod
@@ -569,6 +700,28 @@ _MAX_SOCKET_PATH = 107
 """Bytes of a Unix socket's path: ``sun_path`` holds 108 with the terminating NUL."""
 
 
+class LightPathConfig(_Strict):
+    """When new runs take their profile's light path (``profiles.NAME.light``) instead of
+    the full one: while the runs in flight are near ``max_concurrent_runs``, with
+    hysteresis so a sidecar at the threshold does not flip on every run."""
+
+    enter: float = Field(0.5, gt=0, le=1)
+    """The sidecar is overloaded once this share of ``max_concurrent_runs`` is in flight:
+    new runs of a profile with a light variant take it. The full runs in flight keep their
+    places, so the light runs have the rest of the capacity to absorb a burst in. Default
+    0.5: half of it (measured, ``make bench``: at three quarters, full runs let in at each
+    end of overload left too little room, and some light runs were refused)."""
+    leave: float = Field(0.25, ge=0, lt=1)
+    """It is no longer overloaded once the runs in flight fall to this share: new runs take
+    the full path again. Default 0.25: the gap keeps it from flipping at the threshold."""
+
+    @model_validator(mode="after")
+    def _leave_below_enter(self) -> LightPathConfig:
+        if self.leave >= self.enter:
+            raise ValueError("leave must be below enter")
+        return self
+
+
 class ServerConfig(_Strict):
     """The sidecar's own gRPC endpoint."""
 
@@ -584,6 +737,8 @@ class ServerConfig(_Strict):
     max_concurrent_runs: int = Field(1024, ge=1)
     """Runs in flight at once in this process; one more is refused with
     RESOURCE_EXHAUSTED (reason OVERLOADED, with a retry delay) before anything runs."""
+    light_path: LightPathConfig = LightPathConfig()
+    """When new runs of a profile with a light variant take it (near capacity)."""
     stream_buffer_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
     """Bytes of events a stream holds for a caller that reads them too slowly: past it
     the model's stream pauses until the caller takes events; a caller that takes none
@@ -882,6 +1037,18 @@ class QuotaConfig(_Strict):
     background_runs: int | None = Field(None, ge=1)
     """Background runs queued and running at once (counted in the store, so across
     replicas); one more is refused with RESOURCE_EXHAUSTED (QUOTA_EXCEEDED)."""
+    daily_cost: float | None = Field(None, gt=0)
+    """What its runs may cost in a day (UTC), in the price table's currency; past it new
+    runs are refused until midnight, and a run stops before a model call that would take
+    the day past it. Counted in the session store, so replicas sharing one count together."""
+    daily_tokens: int | None = Field(None, ge=1)
+    """Tokens its runs may use in a day (UTC) on models the price table has no price for;
+    as ``daily_cost``."""
+
+    @property
+    def daily(self) -> bool:
+        """Whether the principal's runs count against a daily quota."""
+        return self.daily_cost is not None or self.daily_tokens is not None
 
 
 class PrincipalConfig(_Strict):
@@ -1082,6 +1249,8 @@ class SidecarConfig(_Strict):
         for name, profile in self.profiles.items():
             overrides = [("tools_model", profile.tools_model)]
             overrides.append(("context.memory_model", profile.context.memory_model))
+            if profile.light is not None:
+                overrides.append(("light.model", profile.light.model))
             for i, variant in enumerate(profile.variants):
                 overrides.append((f"variants.{i}.model", variant.model))
                 overrides.append((f"variants.{i}.tools_model", variant.tools_model))
@@ -1241,6 +1410,8 @@ def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dic
         names |= set(mcp.env_from.values()) | set(mcp.headers_from_env.values())
     for profile in config.profiles.values():
         overrides = [profile.tools_model, profile.context.memory_model]
+        if profile.light is not None:
+            overrides.append(profile.light.model)
         for variant in profile.variants:
             overrides += [variant.model, variant.tools_model]
         names |= {

@@ -28,7 +28,7 @@ it picks a status code::
     │   └── ResourceExhausted     a limit was reached
     │       ├── Overloaded        too many runs in flight (retryable)
     │       ├── TooManySessions   the store holds as many sessions as allowed
-    │       ├── QuotaExceeded     the principal used its quota (runs, rate, sessions)
+    │       ├── QuotaExceeded     the principal used its quota (runs, rate, sessions, spend)
     │       ├── RunQueueFull      as many background runs are queued and running as allowed
     │       └── StreamBacklog     the caller read a stream too slowly
     ├── ModelError                the model could not produce a response (code, status)
@@ -327,13 +327,20 @@ class QuotaExceeded(ResourceExhausted):
     """The principal used up one of its quotas (``auth.principals[].quota``)."""
 
     def __init__(
-        self, principal: str, quota: str, limit: int, *, retry_after: float | None
+        self, principal: str, quota: str, limit: float, *, retry_after: float | None
     ) -> None:
+        what = quota.replace("_", " ")
+        if quota.startswith("daily_"):
+            message = (
+                f"principal {principal!r} has used its {what} quota of {limit:g} for today "
+                "(UTC); new runs are refused until midnight UTC"
+            )
+        else:
+            message = f"principal {principal!r} is at its quota of {limit:g} {what}"
         super().__init__(
-            f"principal {principal!r} is at its quota of {limit} {quota.replace('_', ' ')}",
-            metadata={"quota": quota, "limit": str(limit), "principal": principal},
+            message, metadata={"quota": quota, "limit": f"{limit:g}", "principal": principal}
         )
-        self.quota = (f"principal:{principal}", f"{quota} at most {limit}")
+        self.quota = (f"principal:{principal}", f"{quota} at most {limit:g}")
         self.retry_after = retry_after
         self.retryable = retry_after is not None
 

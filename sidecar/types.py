@@ -126,6 +126,15 @@ class StopReason(enum.IntEnum):
     BUDGET_ANSWERED = 9
     BUDGET_STOPPED = 10
     REFUSED = 11
+    COST_LIMIT = 12
+
+
+class RunPath(enum.IntEnum):
+    """Which of its profile's paths a run took (``agentsidecar.v1.RunPath``)."""
+
+    FULL = 1
+    LIGHT = 2
+    """The profile's light variant, taken while the sidecar was overloaded."""
 
 
 class ToolCallStatus(enum.IntEnum):
@@ -149,6 +158,17 @@ class CacheResult(enum.IntEnum):
     HIT = 1
     MISS = 2
     SHARED = 3
+
+
+class HedgeResult(enum.IntEnum):
+    """Whether a tool call was hedged, and which copy answered (``agentsidecar.v1.ToolHedge``)."""
+
+    NONE = 0
+    """Sent once (the proto's UNSPECIFIED)."""
+    FIRST_WON = 1
+    """A second copy was sent; the first answered first."""
+    SECOND_WON = 2
+    """A second copy was sent and answered first."""
 
 
 class ToolAvailability(enum.IntEnum):
@@ -260,6 +280,11 @@ class RunOutcome:
     """Repair rounds: model calls that emitted a malformed tool call and were asked again."""
     variant: str = ""
     """The profile's model variant the run used; empty when the profile has none."""
+    path: RunPath = RunPath.FULL
+    """The profile's full path, or its light variant (the sidecar was overloaded)."""
+    speculated: int = 0
+    """Calls started before the model asked for them (speculative prefetch); the ones it
+    asked for are the TOOL_CALL stages marked ``speculated``, the rest were wasted."""
 
     @classmethod
     def failed(
@@ -323,6 +348,13 @@ class ToolOutcome:
     server: str = ""
     """The tool server that ran the call (a version of the tool's own, perhaps); empty
     when none did."""
+    hedge: HedgeResult = HedgeResult.NONE
+    """Whether a second copy was sent (``tool_servers[].hedge``), and which answered."""
+    hedge_delay: float | None = None
+    """Seconds after the first copy the second was sent; None when none was."""
+    speculated: bool = False
+    """Started before the model asked for it (speculative prefetch), and answered from
+    that start."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from sidecar.types import (
     BudgetPolicy,
     BudgetStage,
     CallbackStatus,
+    RunPath,
     RunState,
     StageKind,
     StopReason,
@@ -29,6 +30,7 @@ from sidecar.types import (
         (BudgetStage, agent_pb2.BudgetStage, "BUDGET_STAGE_"),
         (BudgetPolicy, agent_pb2.BudgetPolicy, "BUDGET_POLICY_"),
         (RunState, agent_pb2.RunState, "RUN_STATE_"),
+        (RunPath, agent_pb2.RunPath, "RUN_PATH_"),
     ],
 )
 def test_plain_enums_mirror_the_proto_enums_value_for_value(

@@ -96,8 +96,8 @@ class ToolServer:
             description: What it does and when to use it. Default: the docstring's
                 prose (everything before its ``Args:`` section).
             read_only: It changes nothing, so it may run concurrently and early.
-            idempotent: Calling it twice equals calling it once, so it may be
-                retried and hedged.
+            idempotent: Calling it twice equals calling it once, so a failed call
+                may be retried, and a slow one sent again (hedged).
             destructive: Its effect cannot be undone.
             requires_approval: A person approves each call before it runs.
             read_keys: Resource keys it reads, e.g. ``["sku:{sku}"]``; each

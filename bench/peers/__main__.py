@@ -402,7 +402,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a quarter of the runs")
     parser.add_argument("--out", default="bench/results/latest.json")
     parser.add_argument("--doc", default="docs/benchmarks.md")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="measure nothing: write the report again from --out and the micro benchmarks' "
+        "last results (after a micro benchmark ran alone)",
+    )
     args = parser.parse_args()
+    if args.report:
+        _write_report(json.loads(Path(args.out).read_text()), Path(args.doc))
+        return
     started = time.time()
     results: dict[str, Any] = {
         "command": "python -m bench.peers"
@@ -520,10 +529,15 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
+    _write_report(results, Path(args.doc))
+    print(report.summary(results))
+
+
+def _write_report(results: dict[str, Any], doc: Path) -> None:
+    """The report of ``results``, quoting each micro benchmark's last results."""
     micro = {name: Path(f"bench/results/{name}.md") for name in report.MICRO}
     quoted = {name: path.read_text() for name, path in micro.items() if path.exists()}
-    report.write(results, Path(args.doc), Path("docs/img"), quoted)
-    print(report.summary(results))
+    report.write(results, doc, Path("docs/img"), quoted)
 
 
 if __name__ == "__main__":

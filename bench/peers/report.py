@@ -267,6 +267,31 @@ MICRO = {
         "streamed (StreamRun), and the throughput of one and two replicas on one PostgreSQL "
         "(docs/background-runs.md).",
     ),
+    "hedging": (
+        "Hedged calls: a heavy-tailed tool",
+        "make bench-hedging",
+        "a tool whose calls take 10 ms but a share of them 200 ms, with hedging off and "
+        "on (docs/runtime-policies.md#hedged-calls).",
+    ),
+    "cost_guard": (
+        "The cost guard: runs capped, a principal's day",
+        "make bench-cost",
+        "research runs of random depth with the cost guard off and on, capped at the median "
+        "run's cost, and a principal's daily quota (docs/runtime-policies.md#the-cost-guard).",
+    ),
+    "speculation": (
+        "Speculative prefetch on repeated turns",
+        "make bench-speculation",
+        "support-desk turns through a sidecar whose profile speculates and one that does "
+        "not (docs/runtime-policies.md#speculative-prefetch).",
+    ),
+    "light_path": (
+        "The light path under a load ramp",
+        "make bench-light",
+        "runs arriving at rising rates against a sidecar that refuses past its capacity and "
+        "one whose profile has a light variant "
+        "(docs/runtime-policies.md#the-light-path-under-load).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",

@@ -4,6 +4,14 @@
 refuses new work once the drain has begun, and keeps a registry of the running turns by
 session, so a delete or the end of the drain can stop one (it then ends with a result its
 caller receives, and is stored as such).
+
+It also says whether the sidecar is *overloaded*, the signal new turns take their
+profile's light path by (``profiles.NAME.light``): once the turns in flight reach
+``server.light_path.enter`` of the capacity, until they fall back to ``leave`` of it. The
+two thresholds are hysteresis: at the edge, turns do not flip from one path to the other
+with every turn that starts or ends. The turns in flight are the signal because they are
+what the capacity refuses by, they are known at once without measuring anything, and a
+slow model or a slow tool shows in them (each turn stays in flight longer).
 """
 
 from __future__ import annotations
@@ -11,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.config import LightPathConfig
 from sidecar.errors import Draining, Overloaded
 from sidecar.types import StopReason
 
@@ -48,10 +58,25 @@ class Admission:
 
     Args:
         max_runs: Turns in flight at once; one more is refused (Overloaded).
+        light_path: When the sidecar counts as overloaded, as shares of ``max_runs``.
+        on_overload: Told when the sidecar becomes overloaded (True) and when it is no
+            longer (False).
     """
 
-    def __init__(self, max_runs: int) -> None:
+    def __init__(
+        self,
+        max_runs: int,
+        light_path: LightPathConfig | None = None,
+        on_overload: Callable[[bool], None] | None = None,
+    ) -> None:
         self.max_runs = max_runs
+        policy = light_path or LightPathConfig()
+        # In turns: overloaded from ``enter`` turns in flight, until ``leave`` or fewer.
+        self._enter = max(1, math.ceil(policy.enter * max_runs))
+        self._leave = math.floor(policy.leave * max_runs)
+        self._on_overload = on_overload
+        self.overloaded = False
+        """Turns admitted now take their profile's light path."""
         self.draining = False
         self._admitted = 0  # claimed or claiming, not yet finished
         self._active = 0  # running their loop or storing their turn
@@ -79,15 +104,24 @@ class Admission:
         if self._admitted >= self.max_runs:
             raise Overloaded(self.max_runs)
         self._admitted += 1
+        if not self.overloaded and self._admitted >= self._enter:
+            self._overload(True)
         try:
             yield
         except BaseException:
-            self._admitted -= 1
+            self.release()
             raise
 
     def release(self) -> None:
         """A claimed turn ended (ran, or never ran)."""
         self._admitted -= 1
+        if self.overloaded and self._admitted <= self._leave:
+            self._overload(False)
+
+    def _overload(self, overloaded: bool) -> None:
+        self.overloaded = overloaded
+        if self._on_overload is not None:
+            self._on_overload(overloaded)
 
     # -- running turns ---------------------------------------------------------------------
 

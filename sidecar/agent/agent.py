@@ -21,8 +21,9 @@ from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.runs import BackgroundRuns
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.speculation import Speculation
 from sidecar.agent.turns import DEFAULT_RUN_TIMEOUT, ClaimedTurn, Turns
-from sidecar.config import BackgroundConfig
+from sidecar.config import BackgroundConfig, LightPathConfig
 from sidecar.errors import CallNotPending, FieldViolation
 from sidecar.llm.model import Model
 from sidecar.security.audit import AuditLog
@@ -48,6 +49,7 @@ class Agent:
         max_response_bytes: The largest response the front can send; a session's page of
             turns stays under half of it.
         max_runs: Turns in flight at once; one more is refused (Overloaded).
+        light_path: When new turns take their profile's light path (near ``max_runs``).
         max_sessions: Sessions the store may hold; None: no limit.
         background: ``background`` of the configuration; unset: its defaults.
 
@@ -67,6 +69,7 @@ class Agent:
         audit: AuditLog | None = None,
         max_response_bytes: int = 4 * 1024 * 1024,
         max_runs: int = 1024,
+        light_path: LightPathConfig | None = None,
         max_sessions: int | None = None,
         background: BackgroundConfig | None = None,
     ) -> None:
@@ -74,8 +77,12 @@ class Agent:
         self.store = store
         self.model_name = model.name
         self.audit = audit or AuditLog(None)
-        self.admission = Admission(max_runs)
+        telemetry = telemetry or Telemetry(label="agent-sidecar")
+        self.admission = Admission(max_runs, light_path, on_overload=telemetry.overloaded)
         self.approvals = Approvals()
+        self.speculation = Speculation(
+            store, lambda: snapshot().config, on_learned=telemetry.speculation_learned
+        )
         self.conversations = Conversations(
             store,
             snapshot=snapshot,
@@ -98,8 +105,9 @@ class Agent:
             conversations=self.conversations,
             admission=self.admission,
             approvals=self.approvals,
-            telemetry=telemetry or Telemetry(label="agent-sidecar"),
+            telemetry=telemetry,
             audit=self.audit,
+            speculation=self.speculation,
         )
         self.runs = BackgroundRuns(
             sessions=store,

@@ -3,7 +3,9 @@ the tools it asked for), until an answer, a limit, or the run's time runs out.
 
 Each stop condition has its own :class:`~sidecar.types.StopReason`. The loop never raises
 for a model or tool failure: the run ends with an outcome that says what happened. Only
-cancellation propagates, after cancelling every tool call in flight.
+cancellation propagates, after cancelling every tool call in flight. With a cost guard
+(:mod:`sidecar.agent.spend`), each model call is priced before it is made, and one the run
+cannot pay for ends it, between calls.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from sidecar.agent.profiles import Profile
 from sidecar.agent.scope import Progress, RunScope
 from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
+from sidecar.tokens import tokens_of
+from sidecar.tools.ahead import EarlyCalls, Prefetch
 from sidecar.tools.availability import ToolAccess
 from sidecar.tools.catalog import ToolCatalog
-from sidecar.tools.dispatch import Dispatcher, EarlyCalls, StepScope
+from sidecar.tools.dispatch import Dispatcher, StepScope
 from sidecar.tools.link import ToolLink
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
@@ -129,6 +133,7 @@ class AgentLoop:
         finally:
             if run.early is not None:
                 run.early.cancel()  # the run ended (or was cancelled) before its tools
+            run.end_speculation()
 
 
 class _Run:
@@ -151,7 +156,13 @@ class _Run:
             self.budget = RunBudget(scope.profile.budget, started=started, deadline=scope.deadline)
         self.overruns: list[BudgetOverrun] = []
         self.history: Sequence[dict[str, Any]] = ()
+        self.new: list[dict[str, Any]] = []  # what the run adds to the conversation
         self.early: EarlyCalls | None = None  # this step's calls started from the stream
+        self.prefetch: Prefetch | None = None  # the first step's speculated calls
+        self.speculated = 0
+        self.spend = scope.spend
+        self._tools_tokens: tuple[object, int] = ((), 0)  # a tool list and its tokens
+        self._history_tokens: int | None = None  # of the system prompt and the history
 
     def _stage(
         self,
@@ -177,6 +188,7 @@ class _Run:
         error: RunError | None = None,
     ) -> RunResultWithMessages:
         total = self.clock.now()
+        self.end_speculation()
         if self.budget is not None:
             self._report_overruns(self.steps)
         self._stage(StageKind.OVERHEAD, "sidecar", 0, 0.0, _uncovered(self.stages, total))
@@ -191,8 +203,17 @@ class _Run:
             error=error,
             overruns=self.overruns,
             repairs=self.repairs,
+            speculated=self.speculated,
         )
         return RunResultWithMessages(outcome, new_messages)
+
+    def end_speculation(self) -> None:
+        """Drop the speculated calls the model did not ask for (once its first step's
+        calls were dispatched, or the run ended)."""
+        if self.prefetch is not None:
+            self.prefetch.discard()
+            self.speculated = self.prefetch.started
+            self.prefetch = None
 
     @property
     def _streamed(self) -> bool:
@@ -201,13 +222,23 @@ class _Run:
     async def execute(
         self, history: Sequence[dict[str, Any]], user_input: str, resume: Progress | None
     ) -> RunResultWithMessages:
-        scope = self.scope
-        config = self.profile.config
-        new: list[dict[str, Any]] = [{"role": "user", "content": user_input}]
+        self.new = [{"role": "user", "content": user_input}]
         if resume is not None:
-            new = list(resume.messages)
+            self.new = list(resume.messages)
             self.steps, self.tool_calls = resume.steps, resume.tool_calls
             self.usage.add(resume.usage)
+        try:
+            return await self._steps(history, self.new)
+        except _SpendStop as stop:
+            # Between model calls: every step the run kept is whole, its tools all ended.
+            error = RunError("cost_limit", f"the run was stopped: {stop.why}", retryable=False)
+            return self.finish("", StopReason.COST_LIMIT, self.new, error)
+
+    async def _steps(
+        self, history: Sequence[dict[str, Any]], new: list[dict[str, Any]]
+    ) -> RunResultWithMessages:
+        scope = self.scope
+        config = self.profile.config
         # A profile with an answer schema answers in its form in either output mode; a
         # streamed run streams the answer's JSON text as it comes.
         schema = config.answer_schema
@@ -215,26 +246,40 @@ class _Run:
         self.history = history
         # Since the request arrived: session lookup, admission.
         self._stage(StageKind.QUEUE, "queue", 0, 0.0, self.clock.now())
+        # Tiered, the tools model chooses tools: its text is never shown (the answer model
+        # writes the answer), and it gets no answer schema.
+        tiered = scope.models.tools is not None
+        model = scope.models.tools or scope.models.answer
+        step_schema = None if tiered else schema
         while True:
-            self.steps += 1
-            step = self.steps
-            if scope.trace is not None:
-                scope.trace.step(step, self.clock.now())
             built = self.clock.now()
             messages = [scope.system_message, *history, *new]
             tools = self.loop.tool_definitions(self.profile)
+            if self.spend is not None:
+                self._afford(model, messages, tools)  # a step it cannot pay for never begins
+            self.steps += 1
+            step = self.steps
+            if scope.trace is not None:
+                scope.trace.step(step, built)
             self._stage(StageKind.CONTEXT_BUILD, "context", step, built, self.clock.now() - built)
+            if step == 1 and scope.speculate:
+                # While the model thinks: its likely first calls, answered when it asks.
+                step_scope = scope.step(step, self._tools_deadline(), approvals=False)
+                self.prefetch = Prefetch(self.loop._dispatcher, step_scope)
+                self.prefetch.start(scope.speculate)
             if stream and config.early_dispatch:
                 step_scope = scope.step(step, self._tools_deadline(), approvals=False)
-                self.early = EarlyCalls(self.loop._dispatcher, step_scope)
-            # Tiered, the tools model chooses tools: its text is never shown (the answer
-            # model writes the answer), and it gets no answer schema.
-            tiered = scope.models.tools is not None
-            model = scope.models.tools or scope.models.answer
-            step_schema = None if tiered else schema
+                self.early = EarlyCalls(self.loop._dispatcher, step_scope, self.prefetch)
             try:
                 response = await self._think(
-                    step, messages, tools, stream, step_schema, model=model, show=not tiered
+                    step,
+                    messages,
+                    tools,
+                    stream,
+                    step_schema,
+                    model=model,
+                    show=not tiered,
+                    afforded=True,
                 )
             except ToolUseFailed as exc:
                 self._drop_early()
@@ -281,6 +326,9 @@ class _Run:
                 return self._answer(response.text, new)
             if self.budget is not None and (over := await self._over_budget(step, new)):
                 return over
+            if self.spend is not None and (why := self.spend.spent_past()) is not None:
+                # Its tools would run for a model call the run cannot pay for.
+                raise _SpendStop(why)
 
             calls = response.tool_calls
             assistant = {
@@ -306,8 +354,11 @@ class _Run:
 
             stage_start = self.clock.now()
             step_scope = scope.step(step, self._tools_deadline())
-            outcomes = await self.loop._dispatcher.run_step(step_scope, calls, self.early)
+            outcomes = await self.loop._dispatcher.run_step(
+                step_scope, calls, self.early, self.prefetch
+            )
             self.early = None
+            self.end_speculation()
             if self.budget is not None:
                 self.budget.tools_spent += self.clock.now() - stage_start
             for o in outcomes:
@@ -346,9 +397,10 @@ class _Run:
         *,
         model: Model | None = None,
         show: bool = True,
+        afforded: bool = False,
     ) -> ModelResponse:
         """One model call (``model``, the answer model unless told); ``show``: its text
-        streams to the caller."""
+        streams to the caller; ``afforded``: the cost guard priced it already."""
         model = model or self.scope.models.answer
         if deadline is None:
             deadline = (
@@ -359,6 +411,8 @@ class _Run:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ModelError(DEADLINE_EXCEEDED, "the run's time ran out", retryable=False)
+        if self.spend is not None and not afforded:
+            self._afford(model, messages, tools)
         sink = self.sink
         on_text = None
         if stream and show and sink is not None:
@@ -389,11 +443,32 @@ class _Run:
             )
             raise
         self.usage.add(response.usage)
+        if self.spend is not None:
+            self.spend.charge(model.name, response.usage)
         if response.paced > 0:
             # Held back by the endpoint's rate limits before it was sent: a stage of its own.
             self._stage(StageKind.QUEUE, MODEL_PACING, step, start, response.paced)
         self._model_stage(model, step, start, remaining, response=response)
         return response
+
+    def _afford(
+        self, model: Model, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> None:
+        """Raises _SpendStop when a call of ``model`` with ``messages`` and ``tools`` would
+        take the run past what it may spend."""
+        assert self.spend is not None
+        if self._tools_tokens[0] is not tools:  # tool lists are cached: identity is enough
+            self._tools_tokens = (tools, tokens_of(tools))
+        # messages are the system prompt, the history (the same for the whole run: sized
+        # once) and what the run added since.
+        head = 1 + len(self.history)
+        if self._history_tokens is None:
+            self._history_tokens = tokens_of(messages[:head])
+        estimate = self._history_tokens + self._tools_tokens[1] + tokens_of(messages[head:])
+        prompt = round(estimate * self.scope.token_scale)
+        why = self.spend.refusal(model.name, prompt)
+        if why is not None:
+            raise _SpendStop(why)
 
     def _tools_deadline(self) -> float:
         if self.budget is None:
@@ -552,6 +627,14 @@ class _Run:
             reason = StopReason.MODEL_ERROR
         # A failed run adds nothing to the conversation: the next turn starts clean.
         return self.finish("", reason, [], RunError(exc.code, exc.message, exc.retryable))
+
+
+class _SpendStop(Exception):
+    """The next model call would take the run past what it may spend."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 def _content(outcome: ToolOutcome) -> str:

@@ -3,7 +3,8 @@
 A :class:`Profile` is built from its configuration when a configuration is applied (at
 start and at each reload) and shared by every run admitted on that configuration: its
 system message, its allowed tools, its compiled answer schema, its budget and its result
-trimmer. A run holds the profile it was admitted with until it ends.
+trimmer. A run holds the profile it was admitted with until it ends. A profile's light
+variant (:class:`LightPath`) is built the same way, beside it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.agent.variants import RunModels
 from sidecar.config import BudgetConfig, ProfileConfig
 from sidecar.context.trim import ResultTrimmer
 from sidecar.schemas import compile_schema_safely
 
-__all__ = ["Profile", "build_profiles"]
+__all__ = ["LightPath", "Profile", "build_profiles"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,3 +55,14 @@ class Profile:
 def build_profiles(configs: Mapping[str, ProfileConfig]) -> dict[str, Profile]:
     """Every configured profile, built."""
     return {name: Profile.build(name, config) for name, config in configs.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class LightPath:
+    """A profile's light variant, built once: what its runs take while the sidecar is
+    overloaded (``profiles.NAME.light``)."""
+
+    profile: Profile
+    """The profile as the light path runs it (fewer steps, a shorter window ...)."""
+    models: RunModels
+    """Its model (never tiered)."""

@@ -31,8 +31,9 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.models import ModelRoster
-from sidecar.agent.profiles import build_profiles
+from sidecar.agent.profiles import LightPath, Profile, build_profiles
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.variants import RunModels
 from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
 from sidecar.context.memory import MemoryKeeper
@@ -276,9 +277,11 @@ class Runtime:
             audit=self.audit,
             max_response_bytes=config.server.max_message_bytes,
             max_runs=config.server.max_concurrent_runs,
+            light_path=config.server.light_path,
             max_sessions=config.sessions.max_sessions,
             background=config.background,
         )
+        self._agent.speculation.start()
         if self.telemetry.metrics is not None:
             metrics = config.telemetry.metrics
             self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
@@ -316,6 +319,8 @@ class Runtime:
                     await self._agent.wait_idle()
             except TimeoutError:
                 log.warning("runs still storing their turns after 5s; closing the store")
+        if self._agent is not None:
+            await self._agent.speculation.close()
         if self.memory is not None:
             await self.memory.close()
         if self.results is not None:
@@ -361,6 +366,7 @@ class Runtime:
             config, previous=self.snapshot
         )  # may raise: nothing changed
         self._snapshot, self._config = snapshot, config
+        self.agent.speculation.start()  # a profile may speculate now
         if self.is_ready:
             self._check_profile_tools()
         return changed
@@ -390,9 +396,16 @@ class Runtime:
             priced_as=config.model.model if simulated else None,
             simulated=simulated,
         )
+        light = {}
+        for name, profile in config.profiles.items():
+            light_profile = profile.light_profile()
+            if profile.light is not None and light_profile is not None:
+                model = self.models.model_for(profile.light.model)
+                light[name] = LightPath(Profile.build(name, light_profile), RunModels(model))
         return Snapshot(
             config=config,
             profiles=build_profiles(config.profiles),
+            light=light,
             routers=routers,
             context=context,
             prices=prices,

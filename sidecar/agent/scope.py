@@ -4,8 +4,8 @@ The loop, the dispatcher and every tool call read the run's :class:`RunScope` in
 receiving its parts one by one: its profile and models (as admitted, whatever a reload
 does meanwhile), its deadline and clock, where its events go, who approves its calls,
 what its tool calls carry (trace context, the caller's identity), who is told of each
-call's end, and (a background run) who records each completed step and each call that is
-not safe to repeat before it is sent.
+call's end, what it may spend, and (a background run) who records each completed step
+and each call that is not safe to repeat before it is sent.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agent.profiles import Profile
+from sidecar.agent.spend import RunSpend
 from sidecar.agent.variants import RunModels
 from sidecar.tools.dispatch import Approver, Asker, DispatchGuard, StepScope, ToolCallListener
-from sidecar.types import Clock, EventSink, Usage
+from sidecar.types import Clock, EventSink, ToolCall, Usage
 
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
@@ -78,6 +79,13 @@ class RunScope:
     """Told of each completed step (a background run's checkpoint)."""
     before_dispatch: DispatchGuard | None = None
     """Awaited before each tool call is sent (a background run's record of it)."""
+    spend: RunSpend | None = None
+    """Its cost guard: what it may still spend; None when nothing limits it."""
+    token_scale: float = 1.0
+    """Provider tokens per estimated token for its session (the calibration)."""
+    speculate: Sequence[ToolCall] = ()
+    """The first step's calls its input predicts (speculative prefetch): started while the
+    model thinks."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.

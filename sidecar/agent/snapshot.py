@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.agent.cost import PriceTable
-from sidecar.agent.profiles import Profile
+from sidecar.agent.profiles import LightPath, Profile
 from sidecar.agent.variants import VariantRouter
 from sidecar.config import SidecarConfig
 from sidecar.context.assembler import ContextAssembler
@@ -37,6 +37,9 @@ class Snapshot:
     tool_identity: ToolIdentity
     tool_versions: Mapping[str, Sequence[tuple[str, float]]]
     """For each tool server with versions: the servers sharing its calls, by weight."""
+    light: Mapping[str, LightPath]
+    """Each profile's light variant, by the profile's name; a profile with none is not
+    named."""
     callback_secrets: Mapping[str, bytes] = field(default_factory=dict)
     """Each principal's key for signing its runs' completion callbacks, by name ("" for
     the anonymous principal); a principal without one may name no callback."""

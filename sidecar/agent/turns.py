@@ -4,9 +4,10 @@
    must not be draining or full, and the configuration applied now is taken: the turn
    runs on it to its end, whatever a reload does meanwhile.
 2. **Claim**: the principal's session is found, its profile allowed and its input sized;
-   then (and only then) the principal's run quotas are spent, and the session is claimed
-   in the store (the turn-start record, which is also the session's lock). A failed claim
-   gives the quotas back.
+   while the sidecar is overloaded, a turn of a profile with a light variant takes it;
+   then (and only then) the principal's run quotas are spent (a principal past its daily
+   spend is refused here), and the session is claimed in the store (the turn-start
+   record, which is also the session's lock). A failed claim gives the quotas back.
 3. **Window** and **loop** (:meth:`Turns.run`): the history is windowed, the loop runs.
    A turn the sidecar stops (a delete, the end of the drain) ends with a result; a bug
    ends it failed, with an error id.
@@ -37,9 +38,11 @@ from sidecar.agent.approvals import Approvals
 from sidecar.agent.conversations import Conversations
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
-from sidecar.agent.profiles import Profile
+from sidecar.agent.profiles import LightPath, Profile
 from sidecar.agent.scope import Progress, RunScope
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.speculation import Speculation
+from sidecar.agent.spend import DailySpend, RunSpend
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.context.calibration import TokenCalibration
 from sidecar.context.window import Window
@@ -64,6 +67,7 @@ from sidecar.types import (
     EventSink,
     ModelCallDetail,
     RunOutcome,
+    RunPath,
     Session,
     StopReason,
     ToolCall,
@@ -109,10 +113,17 @@ class ClaimedTurn:
     router: VariantRouter | None = None
     """The router that chose it (the turn's outcome is recorded there, also when a
     reload has replaced it since)."""
+    counted: bool = False
+    """Its principal has a daily quota: its spend is added to the principal's day."""
+    light: LightPath | None = None
+    """The profile's light path, when the turn takes it (the sidecar was overloaded)."""
 
     @property
     def model_name(self) -> str:
-        """The model that answers this turn ("" when the profile has no variants)."""
+        """The model that answers this turn ("" when the profile has no variants and the
+        turn takes its full path)."""
+        if self.light is not None:
+            return self.light.models.answer.name
         return self.variant.models.answer.name if self.variant is not None else ""
 
 
@@ -154,6 +165,7 @@ class Turns:
         approvals: The calls waiting for a decision.
         telemetry: Metrics, tracing and the timeline log.
         audit: The audit record.
+        speculation: Predicts the first calls of a speculating profile's runs.
     """
 
     def __init__(
@@ -168,8 +180,10 @@ class Turns:
         approvals: Approvals,
         telemetry: Telemetry,
         audit: AuditLog,
+        speculation: Speculation | None = None,
     ) -> None:
         self._loop = loop
+        self._speculation = speculation
         self._store = store
         self._model = model
         self._snapshot = snapshot
@@ -179,6 +193,7 @@ class Turns:
         self._telemetry = telemetry
         self._audit = audit
         self.quotas = RunQuotas()
+        self.daily = DailySpend(store)
         self.calibration = TokenCalibration()
 
     # -- admission and claim -------------------------------------------------------------
@@ -197,7 +212,8 @@ class Turns:
             InvalidRequest: naming every invalid field (with the front's ``problems``).
             InputTooLarge: the input is longer than the profile allows.
             Overloaded: as many turns are in flight as the sidecar takes.
-            QuotaExceeded: the principal is at its concurrent-run or per-minute quota.
+            QuotaExceeded: the principal is at its concurrent-run or per-minute quota, or
+                has used up today's cost or tokens.
             SessionNotFound: no such session.
             PermissionDenied: the principal may no longer use the session's profile.
             ProfileRemoved: the session's profile is no longer configured.
@@ -271,6 +287,9 @@ class Turns:
             # Sticky: the session's variant is the one its latest turn ran on.
             pinned = next((t.variant for t in reversed(session.turns) if t.variant), None)
             variant = router.choose(pinned)
+        # Overloaded (the turns in flight, this one included, are near capacity): a profile
+        # with a light variant takes it instead of adding a full run to the load.
+        light = snapshot.light.get(profile.name) if self._admission.overloaded else None
         turn = ClaimedTurn(
             session=session,
             session_id=session_id,
@@ -279,11 +298,14 @@ class Turns:
             profile=profile,
             variant=variant,
             router=router,
+            light=light,
             run_id=run_id or uuid.uuid4().hex,
             input=user_input,
             started=started or time.time(),
             clock=clock,
         )
+        if principal.quota.daily:  # one read of the store, only for a daily quota
+            turn.counted = await self.daily.check(principal)
         # Only a run that starts spends a quota: taken now, given back if the claim fails
         # (a busy session, one deleted meanwhile, the caller gone).
         mark = self.quotas.admit(principal)
@@ -394,7 +416,8 @@ class Turns:
                     scope.system_message,
                     self._loop.tool_definitions(turn.profile),
                     turn.input,
-                    scale=self.calibration.ratio(scope.models.answer.name, turn.session.session_id),
+                    scale=scope.token_scale,
+                    light=turn.light is not None,
                 )
                 resume = detached.resume if detached is not None else None
                 result = await self._loop.run(scope, window.messages, turn.input, resume)
@@ -446,6 +469,12 @@ class Turns:
         wait = (
             detached.approval_timeout if detached is not None else profile.config.approval_timeout
         )
+        models = variant.models if variant is not None else RunModels(self._model)
+        system_message = variant.system_message if variant is not None else profile.system_message
+        if turn.light is not None:
+            profile, models = turn.light.profile, turn.light.models
+            system_message = profile.system_message
+        cost = profile.config.cost
         # Traced, each tool call carries its own span's context; otherwise the caller's
         # trace context passes through to the tool servers as it came.
         passed = (
@@ -456,10 +485,8 @@ class Turns:
         return RunScope(
             run_id=turn.run_id,
             profile=profile,
-            models=variant.models if variant is not None else RunModels(self._model),
-            system_message=variant.system_message
-            if variant is not None
-            else profile.system_message,
+            models=models,
+            system_message=system_message,
             deadline=deadline,
             clock=turn.clock,
             structured=structured,
@@ -475,6 +502,16 @@ class Turns:
             tool_versions=turn.snapshot.tool_versions,
             on_step=detached.step_done if detached is not None else None,
             before_dispatch=detached.before_dispatch if detached is not None else None,
+            spend=RunSpend.of(
+                turn.snapshot.prices,
+                per_run=cost.per_run,
+                tokens_per_run=cost.tokens_per_run,
+                counted=turn.counted,
+            ),
+            token_scale=self.calibration.ratio(models.answer.name, turn.session.session_id),
+            speculate=self._speculation.predict(profile, turn.input)
+            if self._speculation is not None
+            else (),
         )
 
     async def _end(
@@ -504,6 +541,8 @@ class Turns:
         if outcome is not None:
             record.usage = outcome.usage
             outcome.variant = record.variant
+            if turn.light is not None:
+                outcome.path = RunPath.LIGHT
             outcome.cost = turn.snapshot.prices.run_cost(model, outcome.usage, outcome.stages)
             self._calibrate(turn.session.session_id, outcome)
         if result is not None:
@@ -517,6 +556,8 @@ class Turns:
                 await asyncio.shield(self._store.finish_turn(turn.session.session_id, record))
             if window is not None:
                 turn.snapshot.context.turn_finished(turn.session, turn.profile.name, window)
+            if turn.counted and scope.spend is not None:
+                await self._add_spend(turn, scope.spend)
         finally:
             self._admission.leave(turn.session.session_id, running)
             self._admission.release()
@@ -525,6 +566,16 @@ class Turns:
             if outcome is not None:
                 outcome.add_persistence(persisting, end)
             self._finished(turn, outcome, record=record, model=model, end=end, trace=trace)
+
+    async def _add_spend(self, turn: ClaimedTurn, spend: RunSpend) -> None:
+        """Count the run against its principal's day (in the store, shared by replicas)."""
+        try:
+            cost, tokens = await asyncio.shield(self.daily.add(turn.principal, spend))
+        except Exception:
+            # The turn is stored; a store that failed here undercounts the day by one run.
+            log.exception("run %s: its spend was not added to its principal's day", turn.run_id)
+            return
+        self._telemetry.principal_day(turn.principal.name, cost, tokens)
 
     def _finished(
         self,
@@ -552,12 +603,15 @@ class Turns:
                 completion_tokens=record.usage.completion_tokens,
             )
         variant = turn.variant
-        if outcome is not None and variant is not None and variant.name:
+        # A light run says nothing of its session's variant: another model ran it.
+        if outcome is not None and variant is not None and variant.name and turn.light is None:
             failed = judged(outcome.stop_reason)
             if failed is not None:
                 assert turn.router is not None
                 turn.router.record(variant.name, end, failed)
                 self._telemetry.variant_run(turn.profile.name, variant.name, outcome, failed)
+        if outcome is not None and outcome.cost is not None:
+            self._telemetry.principal_cost(turn.principal.name, outcome.cost.total_usd)
         self._telemetry.run_finished(
             profile=turn.profile.name,
             model=model,

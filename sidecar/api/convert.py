@@ -84,7 +84,7 @@ def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
 
 
 def _tool_call(o: ToolOutcome) -> agent_pb2.ToolCallTiming:
-    return agent_pb2.ToolCallTiming(
+    timing = agent_pb2.ToolCallTiming(
         call_id=o.call_id,
         status=_enum(o.status),
         handler_duration=_optional(o.handler_duration),
@@ -96,6 +96,14 @@ def _tool_call(o: ToolOutcome) -> agent_pb2.ToolCallTiming:
         cache_result=_enum(o.cache),
         cache_saved=duration(o.saved) if o.cache in _SAVED else None,
     )
+    # Rare facts are set only when they are there: a field set to its default still costs.
+    if o.hedge:
+        timing.hedge = _enum(o.hedge)
+        if o.hedge_delay is not None:
+            timing.hedge_delay.CopyFrom(duration(o.hedge_delay))
+    if o.speculated:
+        timing.speculated = True
+    return timing
 
 
 def stage(s: Stage) -> agent_pb2.Stage:
@@ -131,6 +139,7 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         steps=outcome.steps,
         tool_calls=outcome.tool_calls,
         variant=outcome.variant,
+        path=_enum(outcome.path),
     )
     if outcome.error is not None:
         result.error.code = outcome.error.code

@@ -236,6 +236,9 @@ class AgentServicer:
                 profile=turn.profile.name,
                 model=turn.model_name or self._agent.model_name,
                 variant=turn.variant.name if turn.variant is not None else "",
+                path=agent_pb2.RUN_PATH_LIGHT
+                if turn.light is not None
+                else agent_pb2.RUN_PATH_FULL,
             )
         )
         began = asyncio.Event()

@@ -31,6 +31,12 @@ class ContextAssembler:
         memory_models: Mapping[str, Model] | None = None,
     ) -> None:
         self._policies = {name: WindowPolicy(p.context) for name, p in profiles.items()}
+        # The light path's windows are shorter and never summarise (they read the memory).
+        self._light = {
+            name: WindowPolicy(light.context, summarise=False)
+            for name, p in profiles.items()
+            if (light := p.light_profile()) is not None
+        }
         self._limits = {name: p.context.memory_max_chars for name, p in profiles.items()}
         self.memory = memory
         self._memory_models = dict(memory_models or {})
@@ -46,15 +52,19 @@ class ContextAssembler:
         tools: list[dict[str, Any]],
         user_input: str,
         scale: float = 1.0,
+        *,
+        light: bool = False,
     ) -> Window:
         """The history a run of ``session`` sends with ``user_input``; ``scale`` is provider
-        tokens per estimated token (see ``sidecar.context.calibration``)."""
+        tokens per estimated token (see ``sidecar.context.calibration``); ``light``: the
+        run takes its profile's light path."""
         key = (profile, system_message["content"])  # variants may differ in their prompt
         cached = self._prefix.get(key)
         if cached is None or cached[0] is not tools:
             cached = (tools, tokens_of([system_message, tools]))
             self._prefix[key] = cached
-        return self._policies[profile].build(
+        policies = self._light if light else self._policies
+        return policies[profile].build(
             session.turns,
             memory=session.memory,
             memory_turns=session.memory_turns,

@@ -88,14 +88,17 @@ def trimmed(
 class WindowPolicy:
     """A profile's window settings, with the budget arithmetic."""
 
-    __slots__ = ("batch", "max_tokens", "memory", "old_result_chars", "recent")
+    __slots__ = ("batch", "max_tokens", "memory", "old_result_chars", "recent", "summarise")
 
-    def __init__(self, config: ContextConfig) -> None:
+    def __init__(self, config: ContextConfig, *, summarise: bool = True) -> None:
         self.max_tokens = config.max_tokens
         self.recent = config.keep_recent_turns
         self.old_result_chars = config.old_tool_result_chars
         self.batch = config.drop_batch_turns
         self.memory = config.memory
+        self.summarise = config.memory and summarise
+        """Turns it drops are kept until the memory holds them (and then summarised);
+        without, a window with memory sends what memory there is and drops the rest."""
 
     def build(
         self,
@@ -156,7 +159,7 @@ class WindowPolicy:
             start = min(recent, -(-start // self.batch) * self.batch)
 
         summarise = None
-        if self.memory and start > base:
+        if self.summarise and start > base:
             # Never lose a turn the memory does not hold yet: send it until it does.
             summarise = (base, start)
             start = base

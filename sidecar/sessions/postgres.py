@@ -15,6 +15,9 @@ never runs twice at once under one id (that is the contract of the setting).
 
 Leases are timed by the database's clock, so replicas' clocks need not agree.
 
+Each principal's spend per day (the cost guard's daily quotas) is one row, added to by
+one upsert: replicas' runs add to one total.
+
 Hot path: ``get`` is one query (the session, its turns and its start record, joined),
 ``begin_turn`` one insert, ``finish_turn`` one statement whose data-modifying CTEs run in
 one implicit transaction: the turn is all written or not written.
@@ -73,6 +76,13 @@ CREATE TABLE IF NOT EXISTS agent_pending_turns (
     lease_until timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS agent_pending_turns_by_owner ON agent_pending_turns (owner);
+CREATE TABLE IF NOT EXISTS agent_spend (
+    principal text NOT NULL,
+    day       text NOT NULL,
+    cost      double precision NOT NULL,
+    tokens    bigint NOT NULL,
+    PRIMARY KEY (principal, day)
+);
 """
     + RUNS_SCHEMA
 )
@@ -104,6 +114,12 @@ ON CONFLICT (session_id, run_id) DO UPDATE SET data = EXCLUDED.data
 _UPSERT_TURN = """
 INSERT INTO agent_turns (session_id, run_id, data) VALUES ($1, $2, $3)
 ON CONFLICT (session_id, run_id) DO UPDATE SET data = EXCLUDED.data
+"""
+_ADD_SPEND = """
+INSERT INTO agent_spend (principal, day, cost, tokens) VALUES ($1, $2, $3, $4)
+ON CONFLICT (principal, day) DO UPDATE
+SET cost = agent_spend.cost + EXCLUDED.cost, tokens = agent_spend.tokens + EXCLUDED.tokens
+RETURNING cost, tokens
 """
 _RENEW = """
 UPDATE agent_pending_turns SET lease_until = now() + make_interval(secs => $2)
@@ -367,6 +383,33 @@ class PostgresSessionStore:
             memory_turns,
         )
         return bool(status != "UPDATE 0")
+
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        rows = await self.pool.fetch(
+            "SELECT t.data FROM agent_turns t JOIN agent_sessions s USING (session_id)"
+            " WHERE s.profile = $1 ORDER BY t.id DESC LIMIT $2",
+            profile,
+            limit,
+        )
+        return [decode_turn(row["data"]) for row in reversed(rows)]
+
+    # -- spend --------------------------------------------------------------------------
+
+    async def spent(self, principal: str, day: str) -> tuple[float, int]:
+        row = await self.pool.fetchrow(
+            "SELECT cost, tokens FROM agent_spend WHERE principal = $1 AND day = $2",
+            principal,
+            day,
+        )
+        return (float(row["cost"]), int(row["tokens"])) if row is not None else (0.0, 0)
+
+    async def add_spend(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        # One statement: concurrent replicas' runs add to the same row, none lost.
+        row = await self.pool.fetchrow(_ADD_SPEND, principal, day, cost, tokens)
+        assert row is not None  # an upsert returns its row
+        return float(row["cost"]), int(row["tokens"])
 
     async def _interrupt_where(
         self, condition: str, *args: Any, then_begin: tuple[Any, ...] | None = None

@@ -50,13 +50,24 @@ from sidecar.types import Session, Turn
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes a WAL file keeps when it starts over
 SWEEP_BATCH = 500
 """Expired sessions deleted per statement: a big sweep never holds the loop for long."""
+# Each principal's spend per day, for the cost guard's daily quotas: a row per principal
+# and day.
+_SPEND = """
+CREATE TABLE spend (
+    principal TEXT NOT NULL,
+    day       TEXT NOT NULL,
+    cost      REAL NOT NULL,
+    tokens    INTEGER NOT NULL,
+    PRIMARY KEY (principal, day)
+) WITHOUT ROWID;
+"""
 _SCHEMA = (
     """
 CREATE TABLE sessions (
@@ -84,6 +95,7 @@ CREATE TABLE pending_turns (
 ) WITHOUT ROWID;
 """
     + RUNS_SCHEMA
+    + _SPEND
 )
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
@@ -105,6 +117,8 @@ DROP INDEX turns_by_session;
 """,
     # 2 → 3: background runs and their events.
     2: RUNS_SCHEMA,
+    # 3 → 4: each principal's spend per day (the cost guard's daily quotas).
+    3: _SPEND,
 }
 
 
@@ -535,3 +549,55 @@ class SqliteSessionStore:
             (memory, memory_turns, session_id, memory_turns),
         )
         return cursor.rowcount > 0
+
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        rows = await self._call(self._recent_sync, profile, limit)
+        return [decode_turn(data) for (data,) in reversed(rows)]
+
+    def _recent_sync(self, profile: str, limit: int) -> list[tuple[bytes]]:
+        # Newest first by the turns' own key: the query stops after ``limit`` rows.
+        return (
+            self._conn()
+            .execute(
+                "SELECT t.data FROM turns t JOIN sessions s ON s.session_id = t.session_id"
+                " WHERE s.profile = ? ORDER BY t.id DESC LIMIT ?",
+                (profile, limit),
+            )
+            .fetchall()
+        )
+
+    # -- spend --------------------------------------------------------------------------
+
+    async def spent(self, principal: str, day: str) -> tuple[float, int]:
+        return await self._call(self._spent_sync, principal, day)
+
+    def _spent_sync(self, principal: str, day: str) -> tuple[float, int]:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT cost, tokens FROM spend WHERE principal = ? AND day = ?", (principal, day)
+            )
+            .fetchone()
+        )
+        return (float(row[0]), int(row[1])) if row is not None else (0.0, 0)
+
+    async def add_spend(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        return await self._write(self._add_spend_sync, principal, day, cost, tokens)
+
+    def _add_spend_sync(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        row = (
+            self._conn()
+            .execute(
+                "INSERT INTO spend (principal, day, cost, tokens) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (principal, day) DO UPDATE"
+                " SET cost = cost + excluded.cost, tokens = tokens + excluded.tokens"
+                " RETURNING cost, tokens",
+                (principal, day, cost, tokens),
+            )
+            .fetchone()
+        )
+        return float(row[0]), int(row[1])

@@ -21,6 +21,9 @@ Exceptions (``sidecar.errors``)::
     SessionExists            create: the id is taken
     SessionNotFound          begin_turn: the session is gone (deleted, expired)
     SessionBusy              begin_turn: another run holds the session
+
+Stores also keep each principal's spend per day (the cost guard's daily quotas): added to
+atomically, so replicas sharing a store add to one total.
 """
 
 from __future__ import annotations
@@ -128,6 +131,23 @@ class SessionStore(Protocol):
         """The background runs beside these sessions."""
         ...
 
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        """The latest ``limit`` turns of the sessions of ``profile``, oldest first (what
+        speculative prefetch learns from)."""
+        ...
+
+    async def spent(self, principal: str, day: str) -> tuple[float, int]:
+        """What ``principal``'s runs spent on ``day`` (``YYYY-MM-DD``, UTC): the cost in
+        the price table's currency, and the tokens of models it has no price for."""
+        ...
+
+    async def add_spend(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        """Add one run's spend to ``principal``'s ``day``, atomically (replicas sharing the
+        store add to one total); the day's totals after it."""
+        ...
+
 
 class MemorySessionStore:
     """Sessions in this process's memory; they end with it, so nothing is ever cut off."""
@@ -141,6 +161,7 @@ class MemorySessionStore:
     ) -> None:
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, str] = {}
+        self._spend: dict[tuple[str, str], tuple[float, int]] = {}
         self._idle_ttl = idle_ttl
         self._clock = clock
         self._runs = MemoryRunStore(self, retention=retention, clock=clock)
@@ -236,3 +257,18 @@ class MemorySessionStore:
         session.memory = memory
         session.memory_turns = memory_turns
         return True
+
+    async def recent_turns(self, profile: str, limit: int) -> list[Turn]:
+        turns = [t for s in self._sessions.values() if s.profile == profile for t in s.turns]
+        turns.sort(key=lambda t: t.end_time)
+        return turns[-limit:] if limit > 0 else []
+
+    async def spent(self, principal: str, day: str) -> tuple[float, int]:
+        return self._spend.get((principal, day), (0.0, 0))
+
+    async def add_spend(
+        self, principal: str, day: str, cost: float, tokens: int
+    ) -> tuple[float, int]:
+        old_cost, old_tokens = self._spend.get((principal, day), (0.0, 0))
+        total = self._spend[(principal, day)] = (old_cost + cost, old_tokens + tokens)
+        return total

@@ -125,6 +125,33 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.config_reloads.labels("applied" if applied else "refused").inc()
 
+    def overloaded(self, overloaded: bool) -> None:
+        """The sidecar became overloaded (new runs take their light path), or stopped being."""
+        log.warning(
+            "%s",
+            "overloaded: new runs take their profile's light path"
+            if overloaded
+            else "no longer overloaded: new runs take their profile's full path",
+        )
+        if self.metrics is not None:
+            self.metrics.overloaded.set(1 if overloaded else 0)
+
+    def speculation_learned(self, profile: str, rules: int, turns: int) -> None:
+        """A profile's speculation rules were learned again."""
+        log.debug("profile %s: %d speculation rules from %d turns", profile, rules, turns)
+        if self.metrics is not None:
+            self.metrics.speculation_rules.labels(profile).set(rules)
+
+    def principal_cost(self, principal: str, usd: float) -> None:
+        """Count what a principal's run cost (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.principal_cost(principal, usd)
+
+    def principal_day(self, principal: str, cost: float, tokens: int) -> None:
+        """A principal's spend today, as its store counts it (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.principal_day(principal, cost, tokens)
+
     def variant_rolled_back(self, profile: str, variant: str) -> None:
         if self.metrics is not None:
             self.metrics.variant_rolled_back(profile, variant)

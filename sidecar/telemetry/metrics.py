@@ -1,4 +1,5 @@
-"""Prometheus metrics: run, model-call and tool-call latency, outcomes, breakers, tokens, cost.
+"""Prometheus metrics: run, model-call and tool-call latency, outcomes, hedges, breakers,
+tokens, cost.
 
 Everything a run measured is already in its timeline, so a run is recorded once, when it
 ends, in one pass over its stages: the loop carries no metric calls. Only three things
@@ -23,17 +24,21 @@ from sidecar.types import (
     MODEL_PACING,
     BreakerState,
     BudgetOverrun,
+    HedgeResult,
     ModelCallDetail,
     RunOutcome,
+    RunPath,
     StageKind,
     StopReason,
     ToolCallStatus,
     ToolOutcome,
 )
 
-__all__ = ["UNKNOWN_TOOL", "Metrics"]
+__all__ = ["ANONYMOUS", "UNKNOWN_TOOL", "Metrics"]
 
 UNKNOWN_TOOL = "(unknown)"
+ANONYMOUS = "(anonymous)"
+"""The principal label of runs when no principals are configured."""
 
 # Agents spend seconds; the sidecar's own stages spend microseconds to milliseconds.
 _RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60, 120)
@@ -116,7 +121,7 @@ class _ModelSeries:
 
 
 class _ToolSeries:
-    __slots__ = ("_metrics", "_profile", "_statuses", "_tool", "duration", "retries")
+    __slots__ = ("_hedges", "_metrics", "_profile", "_statuses", "_tool", "duration", "retries")
 
     def __init__(self, metrics: Metrics, profile: str, tool: str) -> None:
         self._metrics = metrics
@@ -125,6 +130,15 @@ class _ToolSeries:
         self.duration = metrics.tool_call_duration.labels(profile, tool)
         self.retries = metrics.tool_retries.labels(profile, tool)
         self._statuses: dict[ToolCallStatus, Any] = {}
+        self._hedges: dict[HedgeResult, Any] = {}
+
+    def hedged(self, result: HedgeResult) -> Any:
+        child = self._hedges.get(result)
+        if child is None:
+            child = self._hedges[result] = self._metrics.tool_hedges.labels(
+                self._profile, self._tool, result.name.lower()
+            )
+        return child
 
     def ended(self, status: ToolCallStatus) -> Any:
         child = self._statuses.get(status)
@@ -200,6 +214,13 @@ class Metrics:
             ["profile", "tool", "status"],
             registry=r,
         )
+        self.tool_hedges = Counter(
+            "agent_sidecar_tool_hedges",
+            "Tool calls sent a second time because the first copy was late, by the copy "
+            "that answered first: first_won or second_won.",
+            ["profile", "tool", "winner"],
+            registry=r,
+        )
         self.tool_retries = Counter(
             "agent_sidecar_tool_retries",
             "Tool-call attempts beyond the first.",
@@ -246,6 +267,52 @@ class Metrics:
             "agent_sidecar_cost_usd",
             "Estimated cost of model tokens at the configured prices, in US dollars.",
             ["profile", "model"],
+            registry=r,
+        )
+        self.overloaded = Gauge(
+            "agent_sidecar_overloaded",
+            "1 while the sidecar is overloaded (server.light_path): new runs of a profile "
+            "with a light variant take it; 0 otherwise.",
+            registry=r,
+        )
+        self.speculated_calls = Counter(
+            "agent_sidecar_speculated_calls",
+            "Tool calls started before the model asked for them (speculative prefetch), by "
+            "result: used (the model asked for it) or wasted (it did not).",
+            ["profile", "result"],
+            registry=r,
+        )
+        self.speculation_rules = Gauge(
+            "agent_sidecar_speculation_rules",
+            "Rules speculative prefetch learned for a profile at its last learning (each "
+            "predicts a first-step call from the input, above the profile's precision).",
+            ["profile"],
+            registry=r,
+        )
+        self.light_runs = Counter(
+            "agent_sidecar_light_runs",
+            "Runs that took their profile's light path because the sidecar was overloaded.",
+            ["profile"],
+            registry=r,
+        )
+        self.principal_cost_usd = Counter(
+            "agent_sidecar_principal_cost_usd",
+            "Estimated cost of each principal's runs at the configured prices, in US dollars.",
+            ["principal"],
+            registry=r,
+        )
+        self.principal_daily_cost = Gauge(
+            "agent_sidecar_principal_daily_cost",
+            "What a principal with a daily quota spent today (UTC), in the price table's "
+            "currency, counted in the session store (every replica's runs).",
+            ["principal"],
+            registry=r,
+        )
+        self.principal_daily_tokens = Gauge(
+            "agent_sidecar_principal_daily_tokens",
+            "Tokens of unpriced models a principal with a daily quota used today (UTC), "
+            "counted in the session store.",
+            ["principal"],
             registry=r,
         )
         self.budget_overruns = Counter(
@@ -362,6 +429,16 @@ class Metrics:
         if outcome is None:
             return
         series.run_duration.observe(outcome.total)
+        if outcome.path is RunPath.LIGHT:
+            self.light_runs.labels(profile).inc()
+        if outcome.speculated:
+            used = sum(
+                1
+                for s in outcome.stages
+                if isinstance(s.detail, ToolOutcome) and s.detail.speculated
+            )
+            self.speculated_calls.labels(profile, "used").inc(used)
+            self.speculated_calls.labels(profile, "wasted").inc(outcome.speculated - used)
         stages = series.stages
         for stage in outcome.stages:
             detail = stage.detail
@@ -381,6 +458,8 @@ class Metrics:
                     t.duration.observe(stage.duration)
                     if detail.attempts > 1:
                         t.retries.inc(detail.attempts - 1)
+                    if detail.hedge:
+                        t.hedged(detail.hedge).inc()
             elif stage.name == MODEL_PACING:  # the provider's wait, not the sidecar's queue
                 series.pacing.observe(stage.duration)
             else:
@@ -410,6 +489,13 @@ class Metrics:
             self.variant_invalid_answers.labels(profile, variant).inc()
         if outcome.cost is not None:
             self.variant_cost.labels(profile, variant).inc(outcome.cost.total_usd)
+
+    def principal_cost(self, principal: str, usd: float) -> None:
+        self.principal_cost_usd.labels(principal or ANONYMOUS).inc(usd)
+
+    def principal_day(self, principal: str, cost: float, tokens: int) -> None:
+        self.principal_daily_cost.labels(principal or ANONYMOUS).set(cost)
+        self.principal_daily_tokens.labels(principal or ANONYMOUS).set(tokens)
 
     def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
         self.variant_in_rotation.labels(profile, variant).set(1 if in_rotation else 0)

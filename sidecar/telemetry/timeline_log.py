@@ -36,7 +36,15 @@ from typing import Any
 
 import orjson
 
-from sidecar.types import ModelCallDetail, RunOutcome, Stage, StopReason, ToolOutcome, Usage
+from sidecar.types import (
+    ModelCallDetail,
+    RunOutcome,
+    RunPath,
+    Stage,
+    StopReason,
+    ToolOutcome,
+    Usage,
+)
 
 __all__ = ["TimelineLog", "run_record", "stage_record"]
 
@@ -84,6 +92,11 @@ def stage_record(stage: Stage) -> dict[str, Any]:
         record["breaker_rejected"] = detail.breaker_rejected
         if detail.time_allowed is not None:
             record["allowed"] = detail.time_allowed
+        if detail.hedge:
+            record["hedge"] = detail.hedge.name.lower()
+            record["hedge_delay"] = detail.hedge_delay
+        if detail.speculated:
+            record["speculated"] = True
     return record
 
 
@@ -139,6 +152,10 @@ def run_record(
     )
     if outcome.error is not None:
         record["error"] = outcome.error.code
+    if outcome.path is RunPath.LIGHT:
+        record["path"] = "light"
+    if outcome.speculated:
+        record["speculated"] = outcome.speculated
     return record
 
 

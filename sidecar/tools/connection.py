@@ -34,6 +34,7 @@ from sidecar.errors import StartupError
 from sidecar.security.tls import channel_credentials
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.call_stream import CallStream, StreamedCallError
+from sidecar.tools.hedging import Hedging
 from sidecar.tools.link import CallHooks
 from sidecar.types import BreakerState
 
@@ -126,6 +127,8 @@ class ToolServerConnection:
             on_state_change=self._breaker_changed,
         )
         self._on_breaker_change = on_breaker_change
+        self.hedging = Hedging(config.hedge) if config.hedge is not None else None
+        """Its idempotent calls' second copies (``hedge``); None: each call is sent once."""
         self.serving = False
         self.last_error: str | None = None
         """Why the latest attempt to reach the server failed (a TLS handshake named as

@@ -5,16 +5,20 @@ earlier call's (one writes a key the other reads or writes): it waits for that c
 conflicting writes happen in the model's order and the rest never wait. A step's tool
 stage costs the slowest chain, not the sum.
 
-When the model's answer streams, :class:`EarlyCalls` starts read-only calls as soon as
-their arguments are complete, and the step claims them instead of starting them again.
+Calls may start ahead of their step (:mod:`sidecar.tools.ahead`): from the model's stream
+as soon as their arguments are complete, or speculated before the model answered; the
+step claims each such call instead of starting it again.
 
 Each call, in order: the tool must exist and be allowed; its arguments are validated
 against the schema (a violation goes back to the model and never reaches the server);
 approval is asked for when the tool requires it; then it runs behind its server's
 circuit breaker, with deadline = min(tool timeout, the run's remaining time), retried
 with backoff only when the tool is idempotent and the failure is UNAVAILABLE or
-RESOURCE_EXHAUSTED. Every failure becomes a :class:`ToolOutcome` the model sees; nothing
-here raises except cancellation, which cancels every call in flight.
+RESOURCE_EXHAUSTED. On a server that hedges (``tool_servers[].hedge``), an idempotent
+call still unanswered after its tool's usual latency gets a second copy, and the first
+answer wins (:mod:`sidecar.tools.hedging`). Every failure becomes a :class:`ToolOutcome`
+the model sees; nothing here raises except cancellation, which cancels every call in
+flight.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from sidecar.config import RetryPolicy
 from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ArgumentsInvalid, BreakerOpenError
 from sidecar.tools.catalog import CatalogTool, ToolCatalog, allows
+from sidecar.tools.hedging import race
 from sidecar.tools.link import CallHooks, ToolLink
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     Clock,
     Decision,
     EventSink,
+    HedgeResult,
     ToolCall,
     ToolCallStatus,
     ToolOutcome,
@@ -50,6 +56,7 @@ from sidecar.types import (
 if TYPE_CHECKING:
     from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace, ToolSpan
+    from sidecar.tools.ahead import EarlyCalls, Prefetch, Started
 
 # Codes that say the server (not the request) is unwell: they count against its breaker.
 _SERVER_FAULTS = frozenset(
@@ -114,7 +121,9 @@ class StepScope:
 
 
 @dataclass(slots=True, kw_only=True)
-class _Prepared:
+class Prepared:
+    """A call looked up and validated: ready to run, or settled already."""
+
     call: ToolCall
     tool: CatalogTool | None
     reads: frozenset[str] = frozenset()
@@ -125,13 +134,16 @@ class _Prepared:
 
 
 class _Tries:
-    """How often a call was attempted and how long it backed off in between."""
+    """How often a call was attempted, how long it backed off in between, and whether a
+    second copy was sent."""
 
-    __slots__ = ("backoff", "count")
+    __slots__ = ("backoff", "count", "hedge", "hedge_delay")
 
     def __init__(self) -> None:
         self.count = 0
         self.backoff = 0.0
+        self.hedge = HedgeResult.NONE
+        self.hedge_delay: float | None = None
 
 
 class _Failed(Exception):
@@ -143,97 +155,6 @@ class _Failed(Exception):
         self.details = details
         self.too_large = too_large
         """The result exceeded what the sidecar accepts (``max_result_bytes``)."""
-
-
-@dataclass(slots=True)
-class _Early:
-    """A call started before the model's answer was complete."""
-
-    item: _Prepared
-    span: Any  # the call's ToolSpan, when tracing
-    running: bool = False
-    task: asyncio.Task[ToolOutcome] = dataclasses.field(init=False)
-
-
-class EarlyCalls:
-    """Read-only calls started while the model is still streaming the rest of its answer.
-
-    The model streams its calls one after another, so the first can run while the model
-    writes the others. Only calls that cannot change anything start early: the tool is
-    read-only and needs no approval, it is allowed, its arguments are valid, and no call
-    before it in the answer writes a key it reads. The step then claims each started call
-    rather than run it again; a started call the final answer does not hold (its model
-    attempt failed and was retried, or the run ended before its tools) is cancelled.
-    """
-
-    def __init__(self, dispatcher: Dispatcher, scope: StepScope) -> None:
-        self._dispatcher = dispatcher
-        self._scope = scope
-        self._announced: dict[str, _Prepared] = {}  # by call id, in the model's order
-        self._started: dict[str, _Early] = {}
-
-    def offer(self, call: ToolCall) -> None:
-        """A call whose arguments are complete: start it now if it qualifies."""
-        item = self._dispatcher._prepare(call, self._scope)
-        tool, earlier = item.tool, self._announced.values()
-        qualifies = (
-            item.outcome is None
-            and tool is not None
-            and tool.read_only
-            and not tool.requires_approval
-            and not item.writes
-            and call.id not in self._announced
-            and not any(_conflicts(e, item) for e in earlier)
-        )
-        self._announced.setdefault(call.id, item)
-        if not qualifies:
-            return
-        scope = self._scope
-        span = scope.trace.tool_call(call.id, call.name) if scope.trace is not None else None
-        early = _Early(item, span)
-        early.task = asyncio.get_running_loop().create_task(self._start(early))
-        self._started[call.id] = early
-
-    async def _start(self, early: _Early) -> ToolOutcome:
-        early.running = True
-        scope = self._scope
-        return await self._dispatcher._run_or_reuse(
-            scope, early.item, scope.clock.now(), early.span
-        )
-
-    def claim(self, call: ToolCall) -> tuple[_Prepared | None, _Early | None]:
-        """What the stream already made of ``call``: its validated form, when it was
-        announced as it is in the answer, and the call started for it, if any."""
-        early = self._started.pop(call.id, None)
-        item = self._announced.get(call.id)
-        if item is None or item.call.arguments != call.arguments:
-            if early is not None:
-                self._cancel(early)  # not the call that was started after all
-            return None, None
-        return item, early
-
-    def cancel(self) -> None:
-        """Cancel every started call nobody claimed."""
-        started, self._started = self._started, {}
-        for early in started.values():
-            self._cancel(early)
-
-    def _cancel(self, early: _Early) -> None:
-        early.task.cancel()
-        if early.span is not None:
-            early.span.end(None)
-        scope = self._scope
-        if early.running and (scope.sink is not None or scope.on_finished is not None):
-            call = early.item.call
-            outcome = _cancelled(
-                call, "not used: the model's final answer did not keep this call", scope
-            )
-            if scope.sink is not None:
-                scope.sink.tool_call_finished(scope.step, outcome)
-            if scope.on_finished is not None:
-                tool = early.item.tool
-                server = early.item.sent_to or (tool.server if tool is not None else None)
-                scope.on_finished(call, server, outcome)
 
 
 class Dispatcher:
@@ -277,7 +198,11 @@ class Dispatcher:
         return self._connections[candidates[-1][0]]
 
     async def run_step(
-        self, scope: StepScope, calls: Sequence[ToolCall], early: EarlyCalls | None = None
+        self,
+        scope: StepScope,
+        calls: Sequence[ToolCall],
+        early: EarlyCalls | None = None,
+        prefetch: Prefetch | None = None,
     ) -> list[ToolOutcome]:
         """Run one step's calls; return their outcomes in the model's order.
 
@@ -285,15 +210,24 @@ class Dispatcher:
             scope: What the step's calls share.
             calls: The model's tool calls, in its order.
             early: The calls of this step already started from the model's stream.
+            prefetch: The calls speculated before the model answered.
         """
-        claimed: dict[int, _Early] = {}
-        prepared: list[_Prepared] = []
+        claimed: dict[int, Started] = {}
+        prepared: list[Prepared] = []
         for call in calls:
             # Calls announced by the stream were parsed and validated then: not again.
             item, started = early.claim(call) if early is not None else (None, None)
+            item = item or self.prepare(call, scope)
+            # A speculated read ran before this answer's writes: never after one it reads.
+            if (
+                started is None
+                and prefetch is not None
+                and not any(conflicts(p, item) for p in prepared)
+            ):
+                started = prefetch.claim(item)
             if started is not None:
                 claimed[len(prepared)] = started
-            prepared.append(item or self._prepare(call, scope))
+            prepared.append(item)
         if early is not None:
             early.cancel()  # started calls the final answer does not hold
         done = [asyncio.Event() for _ in prepared]
@@ -320,7 +254,7 @@ class Dispatcher:
                     queued = clock.now()
                     for j in waits:
                         await done[j].wait()
-                    outcome = await self._run_or_reuse(scope, item, queued, span)
+                    outcome = await self.run_or_reuse(scope, item, queued, span)
                 if scope.trim is not None:
                     outcome = _trimmed(outcome, item.tool, scope.trim)
                 outcomes[i] = outcome
@@ -341,11 +275,11 @@ class Dispatcher:
 
         async with asyncio.TaskGroup() as group:
             for i, item in enumerate(prepared):
-                waits = [j for j in range(i) if _conflicts(prepared[j], item)]
+                waits = [j for j in range(i) if conflicts(prepared[j], item)]
                 group.create_task(run_one(i, waits))
         return [o for o in outcomes if o is not None]
 
-    def _prepare(self, call: ToolCall, scope: StepScope) -> _Prepared:
+    def prepare(self, call: ToolCall, scope: StepScope) -> Prepared:
         """Look the tool up and validate the arguments; settle the call when either fails."""
         allowed = scope.allowed
         tool = self._catalog.get(call.name)
@@ -357,7 +291,7 @@ class Dispatcher:
                 f"unknown tool {call.name!r}; available tools: {names or 'none'}",
                 scope.clock.now(),
             )
-            return _Prepared(call=call, tool=None, outcome=settled)
+            return Prepared(call=call, tool=None, outcome=settled)
         limit = self._max_text
         if len(call.arguments) * 4 > limit and (size := len(call.arguments.encode())) > limit:
             settled = _settled(
@@ -366,17 +300,17 @@ class Dispatcher:
                 f"the arguments are {size} bytes; at most {limit} are passed to a tool",
                 scope.clock.now(),
             )
-            return _Prepared(call=call, tool=tool, outcome=settled)
+            return Prepared(call=call, tool=tool, outcome=settled)
         try:
             arguments = tool.parse_arguments(call.arguments)
         except ArgumentsInvalid as exc:
             settled = _settled(call, ToolCallStatus.ERROR, str(exc), scope.clock.now())
-            return _Prepared(call=call, tool=tool, outcome=settled)
+            return Prepared(call=call, tool=tool, outcome=settled)
         reads, writes = tool.resource_keys(arguments)
-        return _Prepared(call=call, tool=tool, reads=reads, writes=writes, arguments=arguments)
+        return Prepared(call=call, tool=tool, reads=reads, writes=writes, arguments=arguments)
 
-    async def _run_or_reuse(
-        self, scope: StepScope, item: _Prepared, queued: float, span: ToolSpan | None
+    async def run_or_reuse(
+        self, scope: StepScope, item: Prepared, queued: float, span: ToolSpan | None
     ) -> ToolOutcome:
         """Run the call, or reuse a cached or in-flight result when its tool allows."""
         tool, results = item.tool, self.results
@@ -404,7 +338,7 @@ class Dispatcher:
     async def _run(
         self,
         scope: StepScope,
-        item: _Prepared,
+        item: Prepared,
         queued: float,
         span: ToolSpan | None,
         announced: bool = False,
@@ -563,17 +497,48 @@ class _Attempt:
             return await _retry(self._once, retry, self._deadline, exc, self.tries)
 
     async def _once(self) -> tool_pb2.ToolResult:
-        """One attempt behind the server's breaker. A deadline that is the run's, shorter
-        than the tool's own timeout, expiring says nothing of the server's health."""
+        """One attempt: sent once, or raced against a second copy when the server hedges
+        and the tool is idempotent."""
         self.tries.count += 1
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left")
+        hedging = self._connection.hedging
+        if hedging is None:
+            return await self._send(remaining)
+        hedging.budget.earn()
+        if not self._tool.idempotent:
+            return await self._send(remaining)
+        window = hedging.window(self._tool.remote_name)
+        delay = window.delay
+        sent = time.monotonic()
+        if delay is None or delay >= remaining:
+            result = await self._send(remaining)
+        else:
+            breaker = self._connection.breaker
+            result, second = await race(
+                self._send,
+                deadline=self._deadline,
+                delay=delay,
+                may_hedge=lambda: hedging.may_hedge(breaker.state),
+                on_second=self._second_copy,
+            )
+            if self.tries.hedge_delay is not None:
+                self.tries.hedge = HedgeResult.SECOND_WON if second else HedgeResult.FIRST_WON
+        hedging.record(window, time.monotonic() - sent)
+        return result
+
+    def _second_copy(self, delay: float) -> None:
+        self.tries.hedge_delay = delay
+
+    async def _send(self, timeout: float) -> tool_pb2.ToolResult:
+        """One copy of the call behind the server's breaker. A deadline that is the run's,
+        shorter than the tool's own timeout, expiring says nothing of the server's health."""
         connection = self._connection
         breaker = connection.breaker
         permit = breaker.admit()
         try:
-            result = await connection.call(self._request, remaining, self._metadata, self._hooks)
+            result = await connection.call(self._request, timeout, self._metadata, self._hooks)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             details = exc.details() or ""
@@ -628,6 +593,8 @@ class _Attempt:
             breaker_rejected=breaker_rejected,
             time_allowed=self.allowed,
             server=self._connection.name,
+            hedge=self.tries.hedge,
+            hedge_delay=self.tries.hedge_delay,
         )
 
 
@@ -663,7 +630,8 @@ def _capped(content: str, limit: int) -> str:
     )
 
 
-def _cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
+def cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
+    """The outcome of a call cut off (or dropped) before it ended."""
     return ToolOutcome(
         call_id=call.id,
         tool_name=call.name,
@@ -675,12 +643,12 @@ def _cancelled(call: ToolCall, why: str, scope: StepScope) -> ToolOutcome:
     )
 
 
-def _report_cut_off(scope: StepScope, item: _Prepared) -> None:
+def _report_cut_off(scope: StepScope, item: Prepared) -> None:
     """Tell the listener (the audit record) and the events (a stream still read, a
     background run's record) of a call its run cut off after it was sent."""
     if scope.on_finished is None and scope.sink is None:
         return
-    outcome = _cancelled(item.call, "cut off: the run ended before the call did", scope)
+    outcome = cancelled(item.call, "cut off: the run ended before the call did", scope)
     if scope.sink is not None:
         scope.sink.tool_call_finished(scope.step, outcome)
     if scope.on_finished is not None:
@@ -763,7 +731,8 @@ def _trimmed(outcome: ToolOutcome, tool: CatalogTool | None, trim: ResultTrimmer
     return dataclasses.replace(outcome, content=content)
 
 
-def _conflicts(a: _Prepared, b: _Prepared) -> bool:
+def conflicts(a: Prepared, b: Prepared) -> bool:
+    """Whether ``a`` writes a key ``b`` reads or writes, or ``b`` one ``a`` reads."""
     if a.outcome is not None or b.outcome is not None:
         return False
     return bool(a.writes & (b.reads | b.writes) or b.writes & a.reads)

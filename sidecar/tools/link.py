@@ -22,6 +22,7 @@ from typing import Protocol
 from agentsidecar.v1 import tool_pb2
 from sidecar.config import RetryPolicy
 from sidecar.tools.breaker import CircuitBreaker
+from sidecar.tools.hedging import Hedging
 from sidecar.types import Decision, ToolQuestion
 
 __all__ = ["CallHooks", "LinkPolicy", "ToolLink"]
@@ -60,6 +61,8 @@ class ToolLink(Protocol):
     last_error: str | None
     interactive: bool
     """Its calls can report progress and ask questions (:class:`CallHooks`)."""
+    hedging: Hedging | None
+    """Second copies of slow idempotent calls (``tool_servers[].hedge``); None: never."""
 
     @property
     def config(self) -> LinkPolicy: ...

@@ -198,6 +198,7 @@ async def broken_server() -> AsyncIterator[str]:
         authenticator=Authenticator(AuthConfig(), {}),
         tool_identity=ToolIdentity.from_config(None),
         tool_versions={},
+        light={},
     )
     loop = AgentLoop(ToolCatalog(), {})
     agent = Agent(loop, _BrokenStore(), model=_NoModel(), snapshot=lambda: snapshot)

@@ -184,6 +184,44 @@ async def test_an_idle_session_expires_after_the_configured_time(open_store: Ope
 
 
 @pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_principals_spend_adds_up_per_day_and_concurrent_adds_lose_nothing(
+    open_store: OpenStore, request: pytest.FixtureRequest
+) -> None:
+    store = await open_store()
+    # Replicas share only PostgreSQL: there a second store adds to the same rows.
+    other = (
+        await open_store() if request.node.callspec.params["open_store"] == "postgres" else store
+    )
+    assert await store.spent("p", "2026-12-01") == (0.0, 0)
+    assert await store.add_spend("p", "2026-12-01", 0.25, 0) == (0.25, 0)
+    adds = [s.add_spend("p", "2026-12-01", 0.5, 7) for s in (store, other) * 10]
+    await asyncio.gather(*adds)
+    cost, tokens = await other.spent("p", "2026-12-01")
+    assert cost == pytest.approx(10.25) and tokens == 140
+    # Days and principals are apart.
+    assert await store.spent("p", "2026-12-02") == (0.0, 0)
+    assert await store.spent("q", "2026-12-01") == (0.0, 0)
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_the_latest_turns_of_a_profiles_sessions_come_oldest_first(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    for session_id, profile in (("a", "support"), ("b", "other"), ("c", "support")):
+        await store.create(profile, session_id, {})
+    end = 1_800_000_000.0
+    for i, session_id in enumerate(["a", "b", "c", "a", "c"]):
+        await store.begin_turn(session_id, f"r{i}", f"turn {i}", end + i - 1)
+        await store.finish_turn(session_id, _turn(f"r{i}", f"turn {i}", end=end + i))
+    recent = await store.recent_turns("support", 3)
+    assert [t.run_id for t in recent] == ["r2", "r3", "r4"]
+    assert [t.messages[0]["content"] for t in recent] == ["turn 2", "turn 3", "turn 4"]
+    assert [t.run_id for t in await store.recent_turns("other", 10)] == ["r1"]
+    assert await store.recent_turns("nobody", 10) == []
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
 async def test_memory_only_ever_moves_forward(open_store: OpenStore) -> None:
     store = await open_store()
     await store.create("default", "s1", {})
@@ -386,6 +424,7 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
     assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs
+    assert "spend" in tables  # schema 4: each principal's spend per day
     indexes = [n for (n,) in check.execute("SELECT name FROM sqlite_master WHERE type='index'")]
     assert "turns_by_session" not in indexes
     check.close()

@@ -83,6 +83,63 @@ func (OutputMode) EnumDescriptor() ([]byte, []int) {
 	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// RunPath says which of its profile's paths a run took.
+type RunPath int32
+
+const (
+	// Not set (a sidecar older than the light path).
+	RunPath_RUN_PATH_UNSPECIFIED RunPath = 0
+	// The profile as configured.
+	RunPath_RUN_PATH_FULL RunPath = 1
+	// The profile's light variant (a smaller model, fewer steps, a shorter
+	// window, no memory summary), taken instead of refusing the run because
+	// the sidecar was overloaded: as many runs were in flight as its
+	// server.light_path.enter share of max_concurrent_runs, and not yet back
+	// below the leave share.
+	RunPath_RUN_PATH_LIGHT RunPath = 2
+)
+
+// Enum value maps for RunPath.
+var (
+	RunPath_name = map[int32]string{
+		0: "RUN_PATH_UNSPECIFIED",
+		1: "RUN_PATH_FULL",
+		2: "RUN_PATH_LIGHT",
+	}
+	RunPath_value = map[string]int32{
+		"RUN_PATH_UNSPECIFIED": 0,
+		"RUN_PATH_FULL":        1,
+		"RUN_PATH_LIGHT":       2,
+	}
+)
+
+func (x RunPath) Enum() *RunPath {
+	p := new(RunPath)
+	*p = x
+	return p
+}
+
+func (x RunPath) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunPath) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (RunPath) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[1]
+}
+
+func (x RunPath) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunPath.Descriptor instead.
+func (RunPath) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // ToolCallStatus is how a tool call ended.
 type ToolCallStatus int32
 
@@ -147,11 +204,11 @@ func (x ToolCallStatus) String() string {
 }
 
 func (ToolCallStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (ToolCallStatus) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[1]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[2]
 }
 
 func (x ToolCallStatus) Number() protoreflect.EnumNumber {
@@ -160,7 +217,7 @@ func (x ToolCallStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCallStatus.Descriptor instead.
 func (ToolCallStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // StopReason says why a run ended.
@@ -205,6 +262,13 @@ const (
 	// The model refused to answer (the provider's refusal field); the answer
 	// is the refusal's text.
 	StopReason_STOP_REASON_REFUSED StopReason = 11
+	// The run's next model call would have taken it past what it may spend:
+	// the profile's cost per run (at the sidecar's price table) or tokens per
+	// run (of models the table does not price), or what was left of its
+	// principal's daily quota. It stopped between model calls, never during a
+	// tool call: every tool call it started finished. RunResult.error (code
+	// "cost_limit") names the limit.
+	StopReason_STOP_REASON_COST_LIMIT StopReason = 12
 )
 
 // Enum value maps for StopReason.
@@ -222,6 +286,7 @@ var (
 		9:  "STOP_REASON_BUDGET_ANSWERED",
 		10: "STOP_REASON_BUDGET_STOPPED",
 		11: "STOP_REASON_REFUSED",
+		12: "STOP_REASON_COST_LIMIT",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":      0,
@@ -236,6 +301,7 @@ var (
 		"STOP_REASON_BUDGET_ANSWERED":  9,
 		"STOP_REASON_BUDGET_STOPPED":   10,
 		"STOP_REASON_REFUSED":          11,
+		"STOP_REASON_COST_LIMIT":       12,
 	}
 )
 
@@ -250,11 +316,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[2]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[3]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -263,7 +329,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // BudgetStage names a part of a run that a latency budget applies to.
@@ -313,11 +379,11 @@ func (x BudgetStage) String() string {
 }
 
 func (BudgetStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (BudgetStage) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[3]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[4]
 }
 
 func (x BudgetStage) Number() protoreflect.EnumNumber {
@@ -326,7 +392,7 @@ func (x BudgetStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetStage.Descriptor instead.
 func (BudgetStage) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // BudgetPolicy says what a run does when a stage overruns its budget.
@@ -372,11 +438,11 @@ func (x BudgetPolicy) String() string {
 }
 
 func (BudgetPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (BudgetPolicy) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[4]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[5]
 }
 
 func (x BudgetPolicy) Number() protoreflect.EnumNumber {
@@ -385,7 +451,7 @@ func (x BudgetPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetPolicy.Descriptor instead.
 func (BudgetPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // StageKind names what a timeline stage measured.
@@ -447,11 +513,11 @@ func (x StageKind) String() string {
 }
 
 func (StageKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (StageKind) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[5]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
 }
 
 func (x StageKind) Number() protoreflect.EnumNumber {
@@ -460,7 +526,64 @@ func (x StageKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StageKind.Descriptor instead.
 func (StageKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+// ToolHedge says whether a tool call was hedged: sent a second time because
+// its first copy was slower than most calls of its tool, the first answer
+// taken and the other copy cancelled. Only idempotent tools are hedged, only
+// while their server's circuit breaker is closed, and at most as often as
+// the server's hedge budget allows.
+type ToolHedge int32
+
+const (
+	// The call was sent once.
+	ToolHedge_TOOL_HEDGE_UNSPECIFIED ToolHedge = 0
+	// A second copy was sent; the first copy answered first.
+	ToolHedge_TOOL_HEDGE_FIRST_WON ToolHedge = 1
+	// A second copy was sent and answered first.
+	ToolHedge_TOOL_HEDGE_SECOND_WON ToolHedge = 2
+)
+
+// Enum value maps for ToolHedge.
+var (
+	ToolHedge_name = map[int32]string{
+		0: "TOOL_HEDGE_UNSPECIFIED",
+		1: "TOOL_HEDGE_FIRST_WON",
+		2: "TOOL_HEDGE_SECOND_WON",
+	}
+	ToolHedge_value = map[string]int32{
+		"TOOL_HEDGE_UNSPECIFIED": 0,
+		"TOOL_HEDGE_FIRST_WON":   1,
+		"TOOL_HEDGE_SECOND_WON":  2,
+	}
+)
+
+func (x ToolHedge) Enum() *ToolHedge {
+	p := new(ToolHedge)
+	*p = x
+	return p
+}
+
+func (x ToolHedge) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolHedge) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
+}
+
+func (ToolHedge) Type() protoreflect.EnumType {
+	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
+}
+
+func (x ToolHedge) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolHedge.Descriptor instead.
+func (ToolHedge) EnumDescriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ToolCacheResult says how the result cache took part in a tool call. Only
@@ -509,11 +632,11 @@ func (x ToolCacheResult) String() string {
 }
 
 func (ToolCacheResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ToolCacheResult) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[6]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
 }
 
 func (x ToolCacheResult) Number() protoreflect.EnumNumber {
@@ -522,7 +645,7 @@ func (x ToolCacheResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCacheResult.Descriptor instead.
 func (ToolCacheResult) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ApprovalDecision is a person's answer to an approval request.
@@ -562,11 +685,11 @@ func (x ApprovalDecision) String() string {
 }
 
 func (ApprovalDecision) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ApprovalDecision) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[7]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
 }
 
 func (x ApprovalDecision) Number() protoreflect.EnumNumber {
@@ -575,7 +698,7 @@ func (x ApprovalDecision) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalDecision.Descriptor instead.
 func (ApprovalDecision) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // ToolAvailability says whether a tool can be called now.
@@ -624,11 +747,11 @@ func (x ToolAvailability) String() string {
 }
 
 func (ToolAvailability) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (ToolAvailability) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[8]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[10]
 }
 
 func (x ToolAvailability) Number() protoreflect.EnumNumber {
@@ -637,7 +760,7 @@ func (x ToolAvailability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolAvailability.Descriptor instead.
 func (ToolAvailability) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // RunState is where a background run is. The values are A2A's task states,
@@ -709,11 +832,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[9]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[11]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -722,7 +845,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // CallbackStatus is how a background run's completion callback went.
@@ -768,11 +891,11 @@ func (x CallbackStatus) String() string {
 }
 
 func (CallbackStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentsidecar_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_agentsidecar_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (CallbackStatus) Type() protoreflect.EnumType {
-	return &file_agentsidecar_v1_agent_proto_enumTypes[10]
+	return &file_agentsidecar_v1_agent_proto_enumTypes[12]
 }
 
 func (x CallbackStatus) Number() protoreflect.EnumNumber {
@@ -781,7 +904,7 @@ func (x CallbackStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackStatus.Descriptor instead.
 func (CallbackStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // CreateSessionRequest names the profile a new session runs under.
@@ -1730,7 +1853,11 @@ type RunStarted struct {
 	// a smaller one; the timeline names each call's model).
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
 	// The profile's model variant the run uses; empty when it has none.
-	Variant       string `protobuf:"bytes,4,opt,name=variant,proto3" json:"variant,omitempty"`
+	Variant string `protobuf:"bytes,4,opt,name=variant,proto3" json:"variant,omitempty"`
+	// Which of its profile's paths the run takes: RUN_PATH_LIGHT while the
+	// sidecar is overloaded and the profile has a light variant (model names
+	// that variant's model), RUN_PATH_FULL otherwise.
+	Path          RunPath `protobuf:"varint,5,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1791,6 +1918,13 @@ func (x *RunStarted) GetVariant() string {
 		return x.Variant
 	}
 	return ""
+}
+
+func (x *RunStarted) GetPath() RunPath {
+	if x != nil {
+		return x.Path
+	}
+	return RunPath_RUN_PATH_UNSPECIFIED
 }
 
 // TextDelta is a piece of the model's answer text, in order.
@@ -2468,8 +2602,13 @@ type RunResult struct {
 	// kept within it. Streaming callers also got each one as a
 	// budget_exceeded event when it happened.
 	BudgetOverruns []*BudgetExceeded `protobuf:"bytes,9,rep,name=budget_overruns,json=budgetOverruns,proto3" json:"budget_overruns,omitempty"`
-	// The profile's model variant the run used; empty when it has none.
-	Variant       string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
+	// The profile's model variant the run used; empty when it has none. A run
+	// on the light path (path RUN_PATH_LIGHT) names its session's variant, but
+	// ran on the light variant's model.
+	Variant string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
+	// Which of its profile's paths the run took (RUN_PATH_FULL or
+	// RUN_PATH_LIGHT).
+	Path          RunPath `protobuf:"varint,11,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2572,6 +2711,13 @@ func (x *RunResult) GetVariant() string {
 		return x.Variant
 	}
 	return ""
+}
+
+func (x *RunResult) GetPath() RunPath {
+	if x != nil {
+		return x.Path
+	}
+	return RunPath_RUN_PATH_UNSPECIFIED
 }
 
 // RunError describes a failed run for the calling service.
@@ -3277,7 +3423,23 @@ type ToolCallTiming struct {
 	// the tool invocation that produced the result took, less the time this
 	// call spent waiting for it; an estimate of the time the cache saved.
 	// Unset otherwise.
-	CacheSaved    *durationpb.Duration `protobuf:"bytes,10,opt,name=cache_saved,json=cacheSaved,proto3" json:"cache_saved,omitempty"`
+	CacheSaved *durationpb.Duration `protobuf:"bytes,10,opt,name=cache_saved,json=cacheSaved,proto3" json:"cache_saved,omitempty"`
+	// Whether a second copy of the call was sent because the first was late
+	// (the tool server's hedge setting, for idempotent tools only), and which
+	// copy answered first; the other was cancelled. TOOL_HEDGE_UNSPECIFIED:
+	// the call was sent once.
+	Hedge ToolHedge `protobuf:"varint,11,opt,name=hedge,proto3,enum=agentsidecar.v1.ToolHedge" json:"hedge,omitempty"`
+	// For a hedged call: how long after the first copy the second was sent
+	// (the tool's observed latency percentile at the time). Unset otherwise.
+	HedgeDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=hedge_delay,json=hedgeDelay,proto3" json:"hedge_delay,omitempty"`
+	// True when the call was started before the model asked for it
+	// (speculative prefetch: the profile's learned rules predicted it from the
+	// run's input), and the model then asked for it with the same arguments:
+	// its result is that call's. The stage starts when the speculation did,
+	// often before the model call that asked for it ended; the overlap is time
+	// the run saved. Speculated calls the model did not ask for are not in the
+	// timeline (agent_sidecar_speculated_calls_total counts them as wasted).
+	Speculated    bool `protobuf:"varint,13,opt,name=speculated,proto3" json:"speculated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3380,6 +3542,27 @@ func (x *ToolCallTiming) GetCacheSaved() *durationpb.Duration {
 		return x.CacheSaved
 	}
 	return nil
+}
+
+func (x *ToolCallTiming) GetHedge() ToolHedge {
+	if x != nil {
+		return x.Hedge
+	}
+	return ToolHedge_TOOL_HEDGE_UNSPECIFIED
+}
+
+func (x *ToolCallTiming) GetHedgeDelay() *durationpb.Duration {
+	if x != nil {
+		return x.HedgeDelay
+	}
+	return nil
+}
+
+func (x *ToolCallTiming) GetSpeculated() bool {
+	if x != nil {
+		return x.Speculated
+	}
+	return false
 }
 
 // ApproveToolCallRequest answers an approval_required event.
@@ -4494,14 +4677,15 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunResumed\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\rR\aattempt\"u\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"\xa3\x01\n" +
 	"\n" +
 	"RunStarted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n" +
-	"\avariant\x18\x04 \x01(\tR\avariant\"3\n" +
+	"\avariant\x18\x04 \x01(\tR\avariant\x12,\n" +
+	"\x04path\x18\x05 \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\"3\n" +
 	"\tTextDelta\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"y\n" +
@@ -4547,7 +4731,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"outputMode\"X\n" +
 	"\vRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xc0\x03\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xee\x03\n" +
 	"\tRunResult\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12<\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x1b.agentsidecar.v1.StopReasonR\n" +
@@ -4561,7 +4745,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"tool_calls\x18\b \x01(\rR\ttoolCalls\x12H\n" +
 	"\x0fbudget_overruns\x18\t \x03(\v2\x1f.agentsidecar.v1.BudgetExceededR\x0ebudgetOverruns\x12\x18\n" +
 	"\avariant\x18\n" +
-	" \x01(\tR\avariant\"V\n" +
+	" \x01(\tR\avariant\x12,\n" +
+	"\x04path\x18\v \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\"V\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -4611,7 +4796,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12<\n" +
-	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\xae\x04\n" +
+	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\xbc\x05\n" +
 	"\x0eToolCallTiming\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12D\n" +
@@ -4624,7 +4809,13 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\fcache_result\x18\t \x01(\x0e2 .agentsidecar.v1.ToolCacheResultR\vcacheResult\x12:\n" +
 	"\vcache_saved\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"cacheSaved\"\xbf\x01\n" +
+	"cacheSaved\x120\n" +
+	"\x05hedge\x18\v \x01(\x0e2\x1a.agentsidecar.v1.ToolHedgeR\x05hedge\x12:\n" +
+	"\vhedge_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"hedgeDelay\x12\x1e\n" +
+	"\n" +
+	"speculated\x18\r \x01(\bR\n" +
+	"speculated\"\xbf\x01\n" +
 	"\x16ApproveToolCallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -4698,7 +4889,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"OutputMode\x12\x1b\n" +
 	"\x17OUTPUT_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_MODE_STREAMED\x10\x01\x12\x1a\n" +
-	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*\xa6\x02\n" +
+	"\x16OUTPUT_MODE_STRUCTURED\x10\x02*J\n" +
+	"\aRunPath\x12\x18\n" +
+	"\x14RUN_PATH_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rRUN_PATH_FULL\x10\x01\x12\x12\n" +
+	"\x0eRUN_PATH_LIGHT\x10\x02*\xa6\x02\n" +
 	"\x0eToolCallStatus\x12 \n" +
 	"\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TOOL_CALL_STATUS_OK\x10\x01\x12\x1a\n" +
@@ -4708,7 +4903,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x17TOOL_CALL_STATUS_DENIED\x10\x05\x12!\n" +
 	"\x1dTOOL_CALL_STATUS_UNKNOWN_TOOL\x10\x06\x12\x1b\n" +
 	"\x17TOOL_CALL_STATUS_CACHED\x10\a\x12\x1e\n" +
-	"\x1aTOOL_CALL_STATUS_CANCELLED\x10\b*\xef\x02\n" +
+	"\x1aTOOL_CALL_STATUS_CANCELLED\x10\b*\x8b\x03\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -4723,7 +4918,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x1bSTOP_REASON_BUDGET_ANSWERED\x10\t\x12\x1e\n" +
 	"\x1aSTOP_REASON_BUDGET_STOPPED\x10\n" +
 	"\x12\x17\n" +
-	"\x13STOP_REASON_REFUSED\x10\v*\x8b\x01\n" +
+	"\x13STOP_REASON_REFUSED\x10\v\x12\x1a\n" +
+	"\x16STOP_REASON_COST_LIMIT\x10\f*\x8b\x01\n" +
 	"\vBudgetStage\x12\x1c\n" +
 	"\x18BUDGET_STAGE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BUDGET_STAGE_TOTAL\x10\x01\x12\x16\n" +
@@ -4742,7 +4938,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x15STAGE_KIND_MODEL_CALL\x10\x03\x12\x18\n" +
 	"\x14STAGE_KIND_TOOL_CALL\x10\x04\x12\x1a\n" +
 	"\x16STAGE_KIND_PERSISTENCE\x10\x05\x12\x17\n" +
-	"\x13STAGE_KIND_OVERHEAD\x10\x06*\x89\x01\n" +
+	"\x13STAGE_KIND_OVERHEAD\x10\x06*\\\n" +
+	"\tToolHedge\x12\x1a\n" +
+	"\x16TOOL_HEDGE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14TOOL_HEDGE_FIRST_WON\x10\x01\x12\x19\n" +
+	"\x15TOOL_HEDGE_SECOND_WON\x10\x02*\x89\x01\n" +
 	"\x0fToolCacheResult\x12!\n" +
 	"\x1dTOOL_CACHE_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CACHE_RESULT_HIT\x10\x01\x12\x1a\n" +
@@ -4801,182 +5001,188 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentsidecar_v1_agent_proto_rawDescData
 }
 
-var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
 var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
-	(ToolCallStatus)(0),              // 1: agentsidecar.v1.ToolCallStatus
-	(StopReason)(0),                  // 2: agentsidecar.v1.StopReason
-	(BudgetStage)(0),                 // 3: agentsidecar.v1.BudgetStage
-	(BudgetPolicy)(0),                // 4: agentsidecar.v1.BudgetPolicy
-	(StageKind)(0),                   // 5: agentsidecar.v1.StageKind
-	(ToolCacheResult)(0),             // 6: agentsidecar.v1.ToolCacheResult
-	(ApprovalDecision)(0),            // 7: agentsidecar.v1.ApprovalDecision
-	(ToolAvailability)(0),            // 8: agentsidecar.v1.ToolAvailability
-	(RunState)(0),                    // 9: agentsidecar.v1.RunState
-	(CallbackStatus)(0),              // 10: agentsidecar.v1.CallbackStatus
-	(*CreateSessionRequest)(nil),     // 11: agentsidecar.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 12: agentsidecar.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 13: agentsidecar.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 14: agentsidecar.v1.GetSessionResponse
-	(*DeleteSessionRequest)(nil),     // 15: agentsidecar.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 16: agentsidecar.v1.DeleteSessionResponse
-	(*Session)(nil),                  // 17: agentsidecar.v1.Session
-	(*Turn)(nil),                     // 18: agentsidecar.v1.Turn
-	(*StreamRunRequest)(nil),         // 19: agentsidecar.v1.StreamRunRequest
-	(*StreamRunResponse)(nil),        // 20: agentsidecar.v1.StreamRunResponse
-	(*RunResumed)(nil),               // 21: agentsidecar.v1.RunResumed
-	(*RunStarted)(nil),               // 22: agentsidecar.v1.RunStarted
-	(*TextDelta)(nil),                // 23: agentsidecar.v1.TextDelta
-	(*ToolCallStarted)(nil),          // 24: agentsidecar.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),         // 25: agentsidecar.v1.ToolCallFinished
-	(*ApprovalRequired)(nil),         // 26: agentsidecar.v1.ApprovalRequired
-	(*ToolQuestion)(nil),             // 27: agentsidecar.v1.ToolQuestion
-	(*ToolCallProgress)(nil),         // 28: agentsidecar.v1.ToolCallProgress
-	(*StepFinished)(nil),             // 29: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 30: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 31: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 32: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 33: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 34: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 35: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 36: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 37: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 38: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 39: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 40: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 41: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 42: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 43: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 44: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 45: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 46: agentsidecar.v1.SessionTool
-	(*RunCallback)(nil),              // 47: agentsidecar.v1.RunCallback
-	(*StartRunRequest)(nil),          // 48: agentsidecar.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 49: agentsidecar.v1.StartRunResponse
-	(*Run)(nil),                      // 50: agentsidecar.v1.Run
-	(*WatchRunRequest)(nil),          // 51: agentsidecar.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),         // 52: agentsidecar.v1.WatchRunResponse
-	(*GetRunRequest)(nil),            // 53: agentsidecar.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 54: agentsidecar.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 55: agentsidecar.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 56: agentsidecar.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),         // 57: agentsidecar.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),        // 58: agentsidecar.v1.CancelRunResponse
-	nil,                              // 59: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 60: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 62: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 63: agentsidecar.v1.ToolDescriptor
+	(RunPath)(0),                     // 1: agentsidecar.v1.RunPath
+	(ToolCallStatus)(0),              // 2: agentsidecar.v1.ToolCallStatus
+	(StopReason)(0),                  // 3: agentsidecar.v1.StopReason
+	(BudgetStage)(0),                 // 4: agentsidecar.v1.BudgetStage
+	(BudgetPolicy)(0),                // 5: agentsidecar.v1.BudgetPolicy
+	(StageKind)(0),                   // 6: agentsidecar.v1.StageKind
+	(ToolHedge)(0),                   // 7: agentsidecar.v1.ToolHedge
+	(ToolCacheResult)(0),             // 8: agentsidecar.v1.ToolCacheResult
+	(ApprovalDecision)(0),            // 9: agentsidecar.v1.ApprovalDecision
+	(ToolAvailability)(0),            // 10: agentsidecar.v1.ToolAvailability
+	(RunState)(0),                    // 11: agentsidecar.v1.RunState
+	(CallbackStatus)(0),              // 12: agentsidecar.v1.CallbackStatus
+	(*CreateSessionRequest)(nil),     // 13: agentsidecar.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 14: agentsidecar.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 15: agentsidecar.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 16: agentsidecar.v1.GetSessionResponse
+	(*DeleteSessionRequest)(nil),     // 17: agentsidecar.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 18: agentsidecar.v1.DeleteSessionResponse
+	(*Session)(nil),                  // 19: agentsidecar.v1.Session
+	(*Turn)(nil),                     // 20: agentsidecar.v1.Turn
+	(*StreamRunRequest)(nil),         // 21: agentsidecar.v1.StreamRunRequest
+	(*StreamRunResponse)(nil),        // 22: agentsidecar.v1.StreamRunResponse
+	(*RunResumed)(nil),               // 23: agentsidecar.v1.RunResumed
+	(*RunStarted)(nil),               // 24: agentsidecar.v1.RunStarted
+	(*TextDelta)(nil),                // 25: agentsidecar.v1.TextDelta
+	(*ToolCallStarted)(nil),          // 26: agentsidecar.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),         // 27: agentsidecar.v1.ToolCallFinished
+	(*ApprovalRequired)(nil),         // 28: agentsidecar.v1.ApprovalRequired
+	(*ToolQuestion)(nil),             // 29: agentsidecar.v1.ToolQuestion
+	(*ToolCallProgress)(nil),         // 30: agentsidecar.v1.ToolCallProgress
+	(*StepFinished)(nil),             // 31: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 32: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 33: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 34: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 35: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 36: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 37: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 38: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 39: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 40: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 41: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 42: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 43: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 44: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 45: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 46: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 47: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 48: agentsidecar.v1.SessionTool
+	(*RunCallback)(nil),              // 49: agentsidecar.v1.RunCallback
+	(*StartRunRequest)(nil),          // 50: agentsidecar.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 51: agentsidecar.v1.StartRunResponse
+	(*Run)(nil),                      // 52: agentsidecar.v1.Run
+	(*WatchRunRequest)(nil),          // 53: agentsidecar.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),         // 54: agentsidecar.v1.WatchRunResponse
+	(*GetRunRequest)(nil),            // 55: agentsidecar.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 56: agentsidecar.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 57: agentsidecar.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 58: agentsidecar.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),         // 59: agentsidecar.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),        // 60: agentsidecar.v1.CancelRunResponse
+	nil,                              // 61: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 62: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 65: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	59, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	17, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
-	17, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	60, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	61, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	61, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	18, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
-	2,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	61, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	61, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	34, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	61, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	19, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
+	19, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
+	62, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	63, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	63, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	20, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
+	3,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
+	63, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	63, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	36, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	22, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
-	23, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
-	24, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
-	25, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
-	26, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	29, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	32, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	37, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
-	21, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
-	28, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
-	1,  // 22: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	62, // 23: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	27, // 24: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
-	38, // 25: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 26: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	32, // 27: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	2,  // 28: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	33, // 29: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	34, // 30: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	35, // 31: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	38, // 32: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	37, // 33: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	36, // 34: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	3,  // 35: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	62, // 36: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	62, // 37: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	4,  // 38: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	39, // 39: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	62, // 40: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	5,  // 41: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	62, // 42: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	62, // 43: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	40, // 44: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	41, // 45: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	62, // 46: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	62, // 47: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	62, // 48: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	62, // 49: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	34, // 50: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	62, // 51: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	1,  // 52: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	62, // 53: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	62, // 54: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	62, // 55: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	62, // 56: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	6,  // 57: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	62, // 58: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 59: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	46, // 60: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	63, // 61: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	8,  // 62: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	0,  // 63: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	47, // 64: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
-	50, // 65: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
-	9,  // 66: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
-	61, // 67: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	61, // 68: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
-	61, // 69: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	32, // 70: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
-	26, // 71: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
-	10, // 72: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
-	0,  // 73: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
-	20, // 74: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
-	50, // 75: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
-	50, // 76: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
-	50, // 77: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
-	11, // 78: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	13, // 79: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	15, // 80: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	19, // 81: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	30, // 82: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	42, // 83: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	44, // 84: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	48, // 85: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
-	51, // 86: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
-	53, // 87: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
-	55, // 88: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
-	57, // 89: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
-	12, // 90: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	14, // 91: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	16, // 92: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	20, // 93: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	31, // 94: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	43, // 95: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	45, // 96: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	49, // 97: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
-	52, // 98: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
-	54, // 99: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
-	56, // 100: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
-	58, // 101: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
-	90, // [90:102] is the sub-list for method output_type
-	78, // [78:90] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	24, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
+	25, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
+	26, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
+	27, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
+	28, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
+	31, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	34, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	39, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	23, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
+	30, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
+	1,  // 22: agentsidecar.v1.RunStarted.path:type_name -> agentsidecar.v1.RunPath
+	2,  // 23: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	64, // 24: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	29, // 25: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
+	40, // 26: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 27: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	34, // 28: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	3,  // 29: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	35, // 30: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	36, // 31: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	37, // 32: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	40, // 33: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	39, // 34: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	1,  // 35: agentsidecar.v1.RunResult.path:type_name -> agentsidecar.v1.RunPath
+	38, // 36: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	4,  // 37: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	64, // 38: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	64, // 39: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	5,  // 40: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	41, // 41: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	64, // 42: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	6,  // 43: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	64, // 44: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	64, // 45: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	42, // 46: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	43, // 47: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	64, // 48: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	64, // 49: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	64, // 50: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	64, // 51: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	36, // 52: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	64, // 53: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	2,  // 54: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	64, // 55: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	64, // 56: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	64, // 57: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	64, // 58: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	8,  // 59: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	64, // 60: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 61: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
+	64, // 62: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
+	9,  // 63: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	48, // 64: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	65, // 65: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	10, // 66: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	0,  // 67: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	49, // 68: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
+	52, // 69: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
+	11, // 70: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
+	63, // 71: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	63, // 72: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	63, // 73: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	34, // 74: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
+	28, // 75: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
+	12, // 76: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
+	0,  // 77: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
+	22, // 78: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
+	52, // 79: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
+	52, // 80: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
+	52, // 81: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
+	13, // 82: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	15, // 83: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	17, // 84: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	21, // 85: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	32, // 86: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	44, // 87: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	46, // 88: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	50, // 89: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
+	53, // 90: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
+	55, // 91: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
+	57, // 92: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
+	59, // 93: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
+	14, // 94: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	16, // 95: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	18, // 96: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	22, // 97: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	33, // 98: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	45, // 99: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	47, // 100: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	51, // 101: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
+	54, // 102: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
+	56, // 103: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
+	58, // 104: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
+	60, // 105: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
+	94, // [94:106] is the sub-list for method output_type
+	82, // [82:94] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -5006,7 +5212,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      13,
 			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -221,8 +221,9 @@ type ToolDescriptor struct {
 	// speaking. Default false.
 	ReadOnly bool `protobuf:"varint,5,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	// True when calling the tool twice with the same arguments has the same
-	// effect as calling it once, so a failed call may be retried or hedged.
-	// Default false: a call is made at most once.
+	// effect as calling it once, so a failed call may be retried, and a slow
+	// one sent a second time with the first answer taken (hedged, when the
+	// caller hedges). Default false: a call is made at most once.
 	Idempotent bool `protobuf:"varint,6,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
 	// True when the tool's effect cannot be undone (a refund, a deletion).
 	// Default false.

@@ -66,6 +66,7 @@ from sidecar.config import McpServerConfig, RetryPolicy
 from sidecar.schemas import compile_schema_safely
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.call_stream import StreamedCallError
+from sidecar.tools.hedging import Hedging
 from sidecar.tools.link import CallHooks
 from sidecar.tools.mcp.descriptors import ToolList, tool_list
 from sidecar.tools.mcp.render import render
@@ -136,6 +137,7 @@ class McpServerConnection:
     """
 
     interactive = True
+    hedging: Hedging | None = None  # an MCP server's calls are never hedged
 
     def __init__(
         self,

@@ -18,6 +18,12 @@ class OutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTPUT_MODE_STREAMED: _ClassVar[OutputMode]
     OUTPUT_MODE_STRUCTURED: _ClassVar[OutputMode]
 
+class RunPath(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_PATH_UNSPECIFIED: _ClassVar[RunPath]
+    RUN_PATH_FULL: _ClassVar[RunPath]
+    RUN_PATH_LIGHT: _ClassVar[RunPath]
+
 class ToolCallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_CALL_STATUS_UNSPECIFIED: _ClassVar[ToolCallStatus]
@@ -44,6 +50,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_BUDGET_ANSWERED: _ClassVar[StopReason]
     STOP_REASON_BUDGET_STOPPED: _ClassVar[StopReason]
     STOP_REASON_REFUSED: _ClassVar[StopReason]
+    STOP_REASON_COST_LIMIT: _ClassVar[StopReason]
 
 class BudgetStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -69,6 +76,12 @@ class StageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_KIND_TOOL_CALL: _ClassVar[StageKind]
     STAGE_KIND_PERSISTENCE: _ClassVar[StageKind]
     STAGE_KIND_OVERHEAD: _ClassVar[StageKind]
+
+class ToolHedge(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_HEDGE_UNSPECIFIED: _ClassVar[ToolHedge]
+    TOOL_HEDGE_FIRST_WON: _ClassVar[ToolHedge]
+    TOOL_HEDGE_SECOND_WON: _ClassVar[ToolHedge]
 
 class ToolCacheResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -111,6 +124,9 @@ class CallbackStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 OUTPUT_MODE_UNSPECIFIED: OutputMode
 OUTPUT_MODE_STREAMED: OutputMode
 OUTPUT_MODE_STRUCTURED: OutputMode
+RUN_PATH_UNSPECIFIED: RunPath
+RUN_PATH_FULL: RunPath
+RUN_PATH_LIGHT: RunPath
 TOOL_CALL_STATUS_UNSPECIFIED: ToolCallStatus
 TOOL_CALL_STATUS_OK: ToolCallStatus
 TOOL_CALL_STATUS_ERROR: ToolCallStatus
@@ -132,6 +148,7 @@ STOP_REASON_INVALID_ANSWER: StopReason
 STOP_REASON_BUDGET_ANSWERED: StopReason
 STOP_REASON_BUDGET_STOPPED: StopReason
 STOP_REASON_REFUSED: StopReason
+STOP_REASON_COST_LIMIT: StopReason
 BUDGET_STAGE_UNSPECIFIED: BudgetStage
 BUDGET_STAGE_TOTAL: BudgetStage
 BUDGET_STAGE_MODEL: BudgetStage
@@ -148,6 +165,9 @@ STAGE_KIND_MODEL_CALL: StageKind
 STAGE_KIND_TOOL_CALL: StageKind
 STAGE_KIND_PERSISTENCE: StageKind
 STAGE_KIND_OVERHEAD: StageKind
+TOOL_HEDGE_UNSPECIFIED: ToolHedge
+TOOL_HEDGE_FIRST_WON: ToolHedge
+TOOL_HEDGE_SECOND_WON: ToolHedge
 TOOL_CACHE_RESULT_UNSPECIFIED: ToolCacheResult
 TOOL_CACHE_RESULT_HIT: ToolCacheResult
 TOOL_CACHE_RESULT_MISS: ToolCacheResult
@@ -322,16 +342,18 @@ class RunResumed(_message.Message):
     def __init__(self, step: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("session_id", "profile", "model", "variant")
+    __slots__ = ("session_id", "profile", "model", "variant", "path")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     profile: str
     model: str
     variant: str
-    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ...) -> None: ...
+    path: RunPath
+    def __init__(self, session_id: _Optional[str] = ..., profile: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("step", "text")
@@ -438,7 +460,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +471,7 @@ class RunResult(_message.Message):
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -459,7 +482,8 @@ class RunResult(_message.Message):
     tool_calls: int
     budget_overruns: _containers.RepeatedCompositeFieldContainer[BudgetExceeded]
     variant: str
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ...) -> None: ...
+    path: RunPath
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
@@ -568,7 +592,7 @@ class ModelCallTiming(_message.Message):
     def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
-    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved")
+    __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved", "hedge", "hedge_delay", "speculated")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -579,6 +603,9 @@ class ToolCallTiming(_message.Message):
     TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     CACHE_RESULT_FIELD_NUMBER: _ClassVar[int]
     CACHE_SAVED_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_DELAY_FIELD_NUMBER: _ClassVar[int]
+    SPECULATED_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     status: ToolCallStatus
     handler_duration: _duration_pb2.Duration
@@ -589,7 +616,10 @@ class ToolCallTiming(_message.Message):
     time_allowed: _duration_pb2.Duration
     cache_result: ToolCacheResult
     cache_saved: _duration_pb2.Duration
-    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    hedge: ToolHedge
+    hedge_delay: _duration_pb2.Duration
+    speculated: bool
+    def __init__(self, call_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., handler_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempts: _Optional[int] = ..., wait_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., breaker_rejected: _Optional[bool] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cache_result: _Optional[_Union[ToolCacheResult, str]] = ..., cache_saved: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hedge: _Optional[_Union[ToolHedge, str]] = ..., hedge_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., speculated: _Optional[bool] = ...) -> None: ...
 
 class ApproveToolCallRequest(_message.Message):
     __slots__ = ("session_id", "call_id", "decision", "reason", "answer")

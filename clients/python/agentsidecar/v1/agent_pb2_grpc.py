@@ -69,8 +69,9 @@ class AgentServiceStub:
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
     - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
-    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
-    retry can help).
+    quotas (runs at once, runs a minute, sessions, or today's cost or
+    tokens); QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help: midnight UTC for a daily quota).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
@@ -203,8 +204,9 @@ class AgentServiceServicer:
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
     - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
-    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
-    retry can help).
+    quotas (runs at once, runs a minute, sessions, or today's cost or
+    tokens); QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help: midnight UTC for a daily quota).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
@@ -456,8 +458,9 @@ class AgentService:
     - TOO_MANY_SESSIONS (RESOURCE_EXHAUSTED): the store holds as many
     sessions as allowed; delete some.
     - QUOTA_EXCEEDED (RESOURCE_EXHAUSTED): the principal used up one of its
-    quotas; QuotaFailure names it, RetryInfo says when to retry (when a
-    retry can help).
+    quotas (runs at once, runs a minute, sessions, or today's cost or
+    tokens); QuotaFailure names it, RetryInfo says when to retry (when a
+    retry can help: midnight UTC for a daily quota).
     - STREAM_BACKLOG (RESOURCE_EXHAUSTED): StreamRun's caller read events too
     slowly; the run was cancelled.
     - RUN_NOT_FOUND (NOT_FOUND): no such background run (never started,
