@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from pathlib import Path
@@ -16,6 +17,8 @@ from sidecar.config import (
     ModelConfig,
     PriceConfig,
     ProfileConfig,
+    RecordingConfig,
+    ReplayConfig,
     SecurityConfig,
     ServerConfig,
     SessionsConfig,
@@ -127,6 +130,8 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(CacheConfig, "cache.")
         + _config_keys(SecurityConfig, "security.")
         + _config_keys(AuthConfig, "auth.")
+        + _config_keys(RecordingConfig, "recording.")
+        + _config_keys(ReplayConfig, "replay.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing
@@ -241,3 +246,36 @@ def test_an_invalid_expanded_value_is_reported_without_the_variables_value(tmp_p
     message = str(info.value)
     assert secret not in message, message
     assert "${TOOL_NAME}" in message or "${PATTERN}" in message, message
+
+
+_SHADOW = {"name": "shadow", "weight": 1, "shadow": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"profiles": {"p": {"record": 0.1}}}, "profiles.p.record needs recording.path"),
+        (
+            {"profiles": {"p": {"variants": [{"name": "a", "weight": 1}, _SHADOW]}}},
+            "profiles.p.variants.shadow.shadow needs recording.path",
+        ),
+        (
+            {"profiles": {"p": {"variants": [_SHADOW, {"name": "a", "weight": 1}]}}},
+            "the first variant is the stable one and cannot be a shadow",
+        ),
+        (
+            {
+                "recording": {"path": "r"},
+                "profiles": {"p": {"variants": [{"name": "a", "weight": 0}, _SHADOW]}},
+            },
+            "at least one variant that is not a shadow needs a weight above 0",
+        ),
+        ({"replay": {"answers": "judge"}}, "replay.answers: judge needs replay.judge"),
+        ({"replay": {"judge": {"temperature": 9}}}, "replay.judge: temperature"),
+    ],
+)
+def test_recording_shadows_and_judges_are_refused_without_what_they_need(
+    config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(config)

@@ -17,6 +17,7 @@ from sidecar.agent.approvals import Approvals, Decision
 from sidecar.agent.conversations import Conversations, SessionPage
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.recorder import Recorder
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.turns import DEFAULT_RUN_TIMEOUT, ClaimedTurn, Turns
 from sidecar.errors import CallNotPending, FieldViolation
@@ -45,6 +46,7 @@ class Agent:
             turns stays under half of it.
         max_runs: Turns in flight at once; one more is refused (Overloaded).
         max_sessions: Sessions the store may hold; None: no limit.
+        recorder: Records and shadows turns; None: no recording is configured.
 
     Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
     only for the principal that created it, and the principal's profiles and quotas
@@ -63,6 +65,7 @@ class Agent:
         max_response_bytes: int = 4 * 1024 * 1024,
         max_runs: int = 1024,
         max_sessions: int | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -90,6 +93,7 @@ class Agent:
             approvals=self.approvals,
             telemetry=telemetry or Telemetry(label="agent-sidecar"),
             audit=self.audit,
+            recorder=recorder,
         )
 
     # -- the drain -------------------------------------------------------------------------

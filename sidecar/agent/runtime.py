@@ -32,6 +32,7 @@ from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.models import ModelRoster
 from sidecar.agent.profiles import build_profiles
+from sidecar.agent.recorder import Recorder
 from sidecar.agent.snapshot import Snapshot
 from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
@@ -182,6 +183,8 @@ class Runtime:
         self.memory: MemoryKeeper | None = None
         self._shared_results: PostgresSharedResults | None = None
         self._agent: Agent | None = None
+        self.loop: AgentLoop | None = None
+        self.recorder: Recorder | None = None
         self.metrics_port: int | None = None
         self.is_ready = False
         """Every tool server discovered, or its discovery timed out."""
@@ -246,6 +249,15 @@ class Runtime:
             redact=self.redact,
             max_message_bytes=config.server.max_message_bytes,
         )
+        self.loop = loop
+        if config.recording.path is not None:
+            self.recorder = Recorder(
+                config.recording,
+                redact=self.redact,
+                loop=loop,
+                telemetry=self.telemetry,
+                replay=config.replay,
+            )
         self._snapshot = self._build_snapshot(config, previous=None)
         self._agent = Agent(
             loop,
@@ -257,6 +269,7 @@ class Runtime:
             max_response_bytes=config.server.max_message_bytes,
             max_runs=config.server.max_concurrent_runs,
             max_sessions=config.sessions.max_sessions,
+            recorder=self.recorder,
         )
         if self.telemetry.metrics is not None:
             metrics = config.telemetry.metrics
@@ -294,6 +307,8 @@ class Runtime:
                     await self._agent.wait_idle()
             except TimeoutError:
                 log.warning("runs still storing their turns after 5s; closing the store")
+        if self.recorder is not None:
+            await self.recorder.close()
         if self.memory is not None:
             await self.memory.close()
         if self.results is not None:

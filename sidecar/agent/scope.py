@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.agent.profiles import Profile
 from sidecar.agent.variants import RunModels
-from sidecar.tools.dispatch import Approver, StepScope, ToolCallListener
+from sidecar.tools.dispatch import Approver, StepScope, ToolAnswerer, ToolCallListener
 from sidecar.types import Clock, EventSink
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ class RunScope:
     """Told of every tool call's end (the audit record)."""
     tool_versions: Mapping[str, Sequence[tuple[str, float]]] = field(default_factory=dict)
     """How each tool server's calls are shared among its versions."""
+    answer: ToolAnswerer | None = None
+    """Answers its tool calls in place of the servers (a replay, a shadow run)."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.
@@ -73,4 +75,5 @@ class RunScope:
             trim=self.profile.trim,
             on_finished=self.on_tool_call,
             versions=self.tool_versions,
+            answer=self.answer,
         )

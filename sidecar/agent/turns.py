@@ -12,7 +12,8 @@
    ends it failed, with an error id.
 4. **Store** (also when the caller left), **price**, **release** (admission, quotas, the
    running registry); then what only observes a finished turn is told of it: the audit
-   record, the variant router, telemetry.
+   record, the variant router, telemetry, and the recorder (a turn drawn for recording
+   or a shadow variant, :mod:`~sidecar.agent.recorder`).
 
 A claimed turn that never runs (its caller left first) is released by :meth:`Turns.abandon`.
 """
@@ -33,6 +34,7 @@ from sidecar.agent.conversations import Conversations
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import Profile
+from sidecar.agent.recorder import Recorder, TurnRecording
 from sidecar.agent.scope import RunScope
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
@@ -122,6 +124,7 @@ class Turns:
         approvals: The calls waiting for a decision.
         telemetry: Metrics, tracing and the timeline log.
         audit: The audit record.
+        recorder: Records and shadows turns; None: no recording is configured.
     """
 
     def __init__(
@@ -136,8 +139,10 @@ class Turns:
         approvals: Approvals,
         telemetry: Telemetry,
         audit: AuditLog,
+        recorder: Recorder | None = None,
     ) -> None:
         self._loop = loop
+        self._recorder = recorder
         self._store = store
         self._model = model
         self._snapshot = snapshot
@@ -286,6 +291,9 @@ class Turns:
             clock=turn.clock,
             streamed=sink is not None,
         )
+        recording = None
+        if self._recorder is not None:
+            recording = self._recorder.choose(turn.profile, turn.router, turn.clock)
         scope = self._scope(
             turn,
             structured=structured,
@@ -293,6 +301,7 @@ class Turns:
             time_remaining=time_remaining,
             metadata=metadata,
             trace=trace,
+            recording=recording,
         )
         if self._audit.enabled:
             self._audit.record(
@@ -316,6 +325,8 @@ class Turns:
                     turn.input,
                     scale=self.calibration.ratio(scope.models.answer.name, turn.session.session_id),
                 )
+                if recording is not None:
+                    recording.capture.history = 1 + len(window.messages)
                 result = await self._loop.run(scope, window.messages, turn.input)
             except asyncio.CancelledError:
                 if running.stopped is None:
@@ -330,7 +341,15 @@ class Turns:
                 running.in_loop = False
             return result.outcome
         finally:
-            await self._end(turn, scope, running=running, result=result, window=window, trace=trace)
+            await self._end(
+                turn,
+                scope,
+                running=running,
+                result=result,
+                window=window,
+                trace=trace,
+                recording=recording,
+            )
 
     def _scope(
         self,
@@ -341,6 +360,7 @@ class Turns:
         time_remaining: float | None,
         metadata: Sequence[tuple[str, str | bytes]],
         trace: RunTrace | None,
+        recording: TurnRecording | None = None,
     ) -> RunScope:
         if time_remaining is None:
             budget = DEFAULT_RUN_TIMEOUT
@@ -358,10 +378,15 @@ class Turns:
             if trace
             else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
         )
+        models = variant.models if variant is not None else RunModels(self._model)
+        on_tool_call = self._audit_tool_calls(turn) if self._audit.enabled else None
+        if recording is not None:
+            models = recording.capture.models(models)
+            on_tool_call = recording.capture.listener(on_tool_call)
         return RunScope(
             run_id=turn.run_id,
             profile=profile,
-            models=variant.models if variant is not None else RunModels(self._model),
+            models=models,
             system_message=variant.system_message
             if variant is not None
             else profile.system_message,
@@ -375,7 +400,7 @@ class Turns:
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
             ),
             trace=trace,
-            on_tool_call=self._audit_tool_calls(turn) if self._audit.enabled else None,
+            on_tool_call=on_tool_call,
             tool_versions=turn.snapshot.tool_versions,
         )
 
@@ -388,6 +413,7 @@ class Turns:
         result: RunResultWithMessages | None,
         window: Window | None,
         trace: RunTrace | None,
+        recording: TurnRecording | None,
     ) -> None:
         """Store, price, release, then tell the observers: in this order, whatever
         happened (a turn cancelled by its caller is stored as cancelled)."""
@@ -422,7 +448,15 @@ class Turns:
             end = turn.clock.now()
             if outcome is not None:
                 outcome.add_persistence(persisting, end)
-            self._finished(turn, outcome, record=record, model=model, end=end, trace=trace)
+            self._finished(
+                turn,
+                outcome,
+                record=record,
+                model=model,
+                end=end,
+                trace=trace,
+                recording=recording,
+            )
 
     def _finished(
         self,
@@ -433,9 +467,10 @@ class Turns:
         model: str,
         end: float,
         trace: RunTrace | None,
+        recording: TurnRecording | None,
     ) -> None:
         """What only observes a finished turn: the audit record, the variant router,
-        telemetry."""
+        telemetry, the recorder."""
         if self._audit.enabled:
             self._audit.record(
                 "run_finished",
@@ -465,6 +500,20 @@ class Turns:
             trace=trace,
             end=end,
         )
+        if recording is not None:
+            assert self._recorder is not None
+            self._recorder.finished(
+                recording,
+                snapshot=turn.snapshot,
+                profile=turn.profile,
+                outcome=outcome,
+                run_id=turn.run_id,
+                session_id=turn.session_id,
+                variant=record.variant,
+                principal=turn.principal.name,
+                started_at=turn.started,
+                user_input=turn.input,
+            )
 
     def _audit_tool_calls(self, turn: ClaimedTurn) -> ToolCallListener:
         audit, principal, session_id, run_id = (
