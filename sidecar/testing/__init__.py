@@ -16,12 +16,19 @@ builds); each returns a :class:`ServerProcess`, a context manager that stops it 
 SIGTERM. :func:`wait_serving` waits until a sidecar's health says SERVING (it has
 discovered its tool servers).
 
+A recorded session becomes a test: :func:`simulator` with ``recording=`` answers each
+recorded input as the model did, and :func:`recorded_turns` reads the turns (their
+inputs, tool calls and answers) to drive the sidecar with and check against.
+
 Tests in other languages start the same stack with the launcher,
 ``python -m sidecar.testing``: it prints ``stack {JSON}`` (the addresses), then
 ``listening on HOST:PORT`` (the sidecar, SERVING), and runs until SIGTERM, SIGINT or
 the end of its stdin. See ``docs/testing.md``.
 """
 
+from pathlib import Path
+
+from sidecar.recording.format import RecordedTurn, read_turns
 from sidecar.testing._health import wait_serving
 from sidecar.testing._process import (
     READY_PREFIX,
@@ -42,6 +49,16 @@ from sidecar.testing._stack import (
     tool_server,
 )
 
+
+def recorded_turns(*recordings: str | Path) -> list[RecordedTurn]:
+    """The live turns of recordings (files or directories), in the order recorded.
+
+    Raises:
+        RecordingError: a recording cannot be read.
+    """
+    return [t for t in read_turns(recordings) if t.shadow_of is None]
+
+
 __all__ = [
     "CLIENT_PROFILES",
     "EXAMPLE_TOOL_SERVERS",
@@ -49,9 +66,11 @@ __all__ = [
     "SCENARIO",
     "SIMULATOR_MODEL",
     "ProcessStartError",
+    "RecordedTurn",
     "ServerProcess",
     "Stack",
     "example_stack",
+    "recorded_turns",
     "sidecar",
     "sidecar_config",
     "simulator",
