@@ -1,12 +1,12 @@
 """Where recorded turns are kept: JSON lines files in one directory, bounded on disk.
 
 Each process appends to a file of its own (named by its start time, host and process id,
-so replicas sharing a directory never write to one file), one complete line per turn,
-flushed as it is written: a reader (``agent-sidecar record export``) running beside a
-sidecar sees whole turns only. A file that grows past ``max_file_bytes`` is closed and
-the next turn starts a new one; past ``max_files`` files in the directory, the oldest
-goes. A write that fails (a full disk) is logged once and the turn is not recorded: a
-recording never fails a turn.
+so replicas sharing a directory never write to one file), one line per turn, written
+unbuffered: a reader (``agent-sidecar record export``) running beside a sidecar sees whole
+turns, and skips a last line still being written. A file that grows past
+``max_file_bytes`` is closed and the next turn starts a new one; past ``max_files`` files
+in the directory, the oldest goes. A write that fails (a full disk) is logged once and
+the turn is not recorded: a recording never fails a turn.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from io import BufferedWriter
+from io import FileIO
 from pathlib import Path
 
 from sidecar.recording.format import RecordedTurn, read_lines
@@ -42,7 +42,7 @@ class RecordingFiles:
         self.directory = Path(directory)
         self._max_file_bytes = max_file_bytes
         self._max_files = max_files
-        self._file: BufferedWriter | None = None
+        self._file: FileIO | None = None
         self._size = 0
         self._sequence = 0
         self._failing = False
@@ -54,8 +54,9 @@ class RecordingFiles:
             if self._file is None:
                 self._open()
             assert self._file is not None
-            self._file.write(line)
-            self._file.flush()
+            view = memoryview(line)
+            while view:
+                view = view[self._file.write(view) or 0 :]
         except OSError as exc:
             if not self._failing:
                 log.warning("recording: cannot write to %s: %s", self.directory, exc.strerror)
@@ -74,7 +75,9 @@ class RecordingFiles:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = self.directory / f"{stamp}-{self._stem}-{self._sequence:04d}{_SUFFIX}"
         self._prune(keep=self._max_files - 1)
-        self._file = path.open("ab")
+        # Unbuffered: each line goes out in write calls of its own, never split across
+        # the flushes of a buffer.
+        self._file = path.open("ab", buffering=0)
         self._size = 0
 
     def _prune(self, keep: int) -> None:

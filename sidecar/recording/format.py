@@ -344,8 +344,12 @@ def read_lines(
                 try:
                     document = orjson.loads(line)
                 except orjson.JSONDecodeError as exc:
+                    if not line.endswith(b"\n"):
+                        continue  # the last line, still being written
                     raise RecordingError(f"{where}: not JSON ({exc})") from None
-                yield line if line.endswith(b"\n") else line + b"\n", _checked(document, where)
+                if not line.endswith(b"\n"):
+                    line += b"\n"
+                yield line, _checked(document, where)
 
 
 def read_turns(paths: Sequence[str | Path]) -> list[RecordedTurn]:

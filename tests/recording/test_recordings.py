@@ -286,3 +286,14 @@ def test_a_recording_from_elsewhere_is_refused_naming_its_line(tmp_path: Path) -
 
     with pytest.raises(RecordingError, match=r"other\.jsonl:1: not an agent-sidecar recording"):
         read_turns([path])
+
+
+def test_a_reader_beside_a_writer_skips_the_line_still_being_written(tmp_path: Path) -> None:
+    recorder = _recorder(tmp_path, Redactor(), 256 * 1024)
+    recorder.write(_captured({name: "text" for name in FIELDS}))
+    recorder._files.close()
+    (written,) = tmp_path.iterdir()
+    whole = written.read_bytes()
+    with written.open("ab") as file:
+        file.write(whole[: len(whole) // 2])  # a second turn, half written
+    assert [t.run_id for t in read_turns([written])] == ["r"]
