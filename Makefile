@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-recording bench-guard profile bench-control-plane latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
@@ -50,10 +50,10 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
-## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, profile), then
-## the benchmark against the peers, which writes docs/benchmarks.md quoting them (about 15
-## minutes).
-bench: install-bench bench-control-plane profile
+## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane,
+## bench-recording, profile), then the benchmark against the peers, which writes
+## docs/benchmarks.md quoting them (about 15 minutes).
+bench: install-bench bench-control-plane bench-recording profile
 	$(PY) -m bench.peers
 
 
@@ -107,6 +107,10 @@ demo: prereqs-demo install
 ## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
 bench-telemetry: install
 	$(PY) -m bench.micro.telemetry_overhead
+
+## bench-recording: what a recorded run costs (record: 1) against recording off (about 1 min).
+bench-recording: install
+	$(PY) -m bench.micro.recording_cost
 
 ## bench-identity: what the identity metadata and the assertion cost a tool call (about 1 min).
 bench-identity: install

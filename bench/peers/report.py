@@ -260,6 +260,13 @@ MICRO = {
         "CPU per model request of each transport (docs/models.md#transports), and a burst "
         "against a rate-limited endpoint with pacing on and off (docs/models.md#pacing).",
     ),
+    "recording_cost": (
+        "What recording costs",
+        "make bench-recording",
+        "sidecar CPU per run with recording off, configured but not drawn (record: 0), and "
+        "recording every turn (record: 1): the price of one recorded run, and of a share "
+        "(docs/replay.md#what-recording-costs).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
