@@ -10,6 +10,7 @@ both sides of each comparison.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from sidecar.telemetry import Telemetry
 from sidecar.types import Clock, RunOutcome
 
 __all__ = ["Recorder", "TurnRecording"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -101,10 +104,14 @@ class Recorder:
             identity: ``run_id``, ``session_id``, ``variant``, ``principal``,
                 ``started_at``, ``user_input`` (:meth:`RunCapture.document`).
         """
-        document = recording.capture.document(profile=profile.name, outcome=outcome, **identity)
-        self.write(document)
-        if recording.shadows and outcome is not None:
-            self.shadows.offer(snapshot, profile, recording.shadows, document)
+        try:
+            document = recording.capture.document(profile=profile.name, outcome=outcome, **identity)
+            self.write(document)
+            if recording.shadows and outcome is not None:
+                self.shadows.offer(snapshot, profile, recording.shadows, document)
+        except Exception:
+            # A recording is never worth a turn: the turn has ended well already.
+            log.exception("run %s: its recording failed", identity.get("run_id"))
 
     def write(self, document: dict[str, Any]) -> None:
         """Write one recording: every string redacted, the whole bounded."""

@@ -297,3 +297,37 @@ def test_a_reader_beside_a_writer_skips_the_line_still_being_written(tmp_path: P
     with written.open("ab") as file:
         file.write(whole[: len(whole) // 2])  # a second turn, half written
     assert [t.run_id for t in read_turns([written])] == ["r"]
+
+
+class _Judge:
+    """A judging model that says what it is told to, or fails."""
+
+    name = "judge"
+
+    def __init__(self, says: str | None) -> None:
+        self.says = says
+        self.asked: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest, *_: Any) -> ModelResponse:
+        self.asked.append(request)
+        if self.says is None:
+            raise ModelError("model_unreachable", "down", retryable=True)
+        return ModelResponse(self.says, [], "stop", Usage())
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("says", "verdict"),
+    [("Same.", True), ("different", False), ("I cannot tell", None), (None, None)],
+)
+async def test_a_judge_gives_a_verdict_only_when_it_says_one(
+    says: str | None, verdict: bool | None
+) -> None:
+    from sidecar.agent.judge import judge
+
+    model = _Judge(says)
+    assert await judge(model, "where is it?", "in Paris", "Paris", timeout=5) is verdict
+    (request,) = model.asked
+    assert "Answer A:\nin Paris" in request.messages[1]["content"]
