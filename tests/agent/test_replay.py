@@ -251,3 +251,21 @@ async def test_a_profile_that_records_none_of_its_turns_writes_nothing(
                 session = await client.create_session()
                 await client.run(session.session_id, "two reads", timeout=20)
     assert not list((tmp_path / "recordings").glob("*.jsonl"))
+
+
+async def test_live_read_only_replays_run_read_only_tools_on_the_configured_servers(
+    tools: ServerProcess, tmp_path: Path
+) -> None:
+    with simulator() as sim:
+        config, _, _ = await _record(sim, tools, tmp_path)
+        before = await _tool_calls(tools.address)
+        configured = _write(config, tmp_path / "config.yaml")
+        replayed = _cli(
+            "replay", str(tmp_path / "recordings"), "--config", str(configured),
+            "--live-read-only", cwd=tmp_path,
+        )  # fmt: skip
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        after = await _tool_calls(tools.address)
+    # slow_read is read-only: run again, live; reserve writes: answered from the recording.
+    assert after["slow_read"] == before["slow_read"] + 2
+    assert after["reserve"] == before["reserve"]
