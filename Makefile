@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-mcp latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-mcp bench-recording latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
@@ -51,9 +51,9 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	touch $@
 
 ## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, bench-mcp,
-## profile), then the benchmark against the peers, which writes docs/benchmarks.md quoting
-## them (about 17 minutes).
-bench: install-bench bench-control-plane bench-mcp profile
+## bench-recording, profile), then the benchmark against the peers, which writes
+## docs/benchmarks.md quoting them (about 17 minutes).
+bench: install-bench bench-control-plane bench-mcp bench-recording profile
 	$(PY) -m bench.peers
 
 ## bench-mcp: a tool call through the MCP bridge against the same tool served natively, and
@@ -113,6 +113,10 @@ demo: prereqs-demo install
 ## bench-telemetry: what metrics, tracing and the timeline log cost per run (about 30 s).
 bench-telemetry: install
 	$(PY) -m bench.micro.telemetry_overhead
+
+## bench-recording: what a recorded run costs (record: 1) against recording off (about 1 min).
+bench-recording: install
+	$(PY) -m bench.micro.recording_cost
 
 ## bench-identity: what the identity metadata and the assertion cost a tool call (about 1 min).
 bench-identity: install

@@ -17,8 +17,9 @@ Run it alone with ``python -m llmsim --port 0``; it prints
 The package is its own process and imports nothing of the sidecar's. Its private modules
 have one job each: ``_server`` (HTTP routes), ``_planner`` (what to answer), ``_arguments``
 (schema-shaped values), ``_text`` (reading the user's text), ``_scenario`` (scripted
-rules), ``_faults`` (fault queue), ``_wire`` (response bytes), ``_ratelimit``,
-``_prompt_cache``, ``_validation``; ``_cli`` is the command line (``python -m llmsim``).
+rules), ``_recording`` (a recording's model side as rules), ``_faults`` (fault queue),
+``_wire`` (response bytes), ``_ratelimit``, ``_prompt_cache``, ``_validation``; ``_cli``
+is the command line (``python -m llmsim``).
 """
 
 from __future__ import annotations

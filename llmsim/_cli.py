@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--scenario", metavar="FILE", help="scripted rules, YAML or JSON")
     parser.add_argument(
+        "--recording",
+        metavar="FILE",
+        help="answer as an agent-sidecar recording's model did (before --scenario's rules)",
+    )
+    parser.add_argument(
         "--ttft-ms", type=_non_negative, default=0.0, help="delay before the first token"
     )
     parser.add_argument(
@@ -83,17 +88,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> SimulatorOptions:
-    """Build options from parsed flags, loading the scenario file if one is named.
+    """Build options from parsed flags, loading the scenario and recording files named.
 
     Raises:
-        ScenarioError: the scenario file cannot be read or is malformed.
+        ScenarioError: the scenario or the recording cannot be read or is malformed.
     """
+    scenario = Scenario.load(args.scenario) if args.scenario else None
+    if args.recording:
+        recorded = Scenario.from_recording(args.recording)
+        scenario = recorded.then(scenario) if scenario is not None else recorded
     return SimulatorOptions(
         ttft_ms=args.ttft_ms,
         token_ms=args.token_ms,
         prefill_ms_per_1k=args.prefill_ms_per_1k,
         jitter_ms=args.jitter_ms,
-        scenario=Scenario.load(args.scenario) if args.scenario else None,
+        scenario=scenario,
         fault_rate_429=args.fault_rate_429,
         fault_rate_500=args.fault_rate_500,
         fault_rate_hang=args.fault_rate_hang,

@@ -247,7 +247,11 @@ def _scripted(
     if step.text is not None:
         text = step.text
         # JSON-mode answers stay verbatim: a prefix would make them invalid JSON.
-        if not text.startswith(TEXT_PREFIX) and _response_format(body)[0] is None:
+        if (
+            not step.verbatim
+            and not text.startswith(TEXT_PREFIX)
+            and _response_format(body)[0] is None
+        ):
             text = TEXT_PREFIX + text
         return Reply(text=text)
     calls = tuple(

@@ -43,6 +43,8 @@ class ScenarioStep:
     tool_calls: tuple[ScriptedCall, ...] = ()
     latency_ms: float | None = None
     fault: Fault | None = None
+    verbatim: bool = False
+    """Send ``text`` as it is, without the ``[simulated]`` prefix (a recorded answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,17 @@ class Scenario:
         return cls.from_data(data)
 
     @classmethod
+    def from_recording(cls, path: str | Path) -> Scenario:
+        """The model side of an agent-sidecar recording, as rules (``llmsim._recording``).
+
+        Raises:
+            ScenarioError: the recording cannot be read or is not one the simulator reads.
+        """
+        from llmsim._recording import recording_rules
+
+        return cls(recording_rules(path))
+
+    @classmethod
     def from_data(cls, data: object) -> Scenario:
         """Build a scenario from parsed YAML/JSON: a list of rules, or ``{"rules": [...]}``.
 
@@ -94,6 +107,10 @@ class Scenario:
         if not isinstance(data, list):
             raise ScenarioError("a scenario is a list of rules (or an object with 'rules')")
         return cls(tuple(_rule(i, item) for i, item in enumerate(data)))
+
+    def then(self, other: Scenario) -> Scenario:
+        """This scenario's rules, then ``other``'s."""
+        return Scenario(self.rules + other.rules)
 
     def step_for(self, user_text: str, assistant_turns: int) -> StepMatch | None:
         """The scripted step for this point of the conversation, if any."""

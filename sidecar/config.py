@@ -506,6 +506,11 @@ class VariantConfig(_Strict):
     """Its system prompt; unset: the profile's."""
     tools_model: dict[str, Any] | None = None
     """Tiering for this variant; unset: the profile's ``tools_model``."""
+    shadow: float | None = Field(None, gt=0, le=1)
+    """Shadow mode: the share of the profile's live turns this variant runs a copy of,
+    with tool calls answered from the live run's results, its answer never shown and its
+    cost counted apart; it takes no sessions (``weight`` counts again once the key is
+    removed: promotion to canary). Unset: a variant that serves its share of sessions."""
 
 
 class RollbackConfig(_Strict):
@@ -657,6 +662,11 @@ class ProfileConfig(_Strict):
             }
         )
 
+    record: float = Field(0.0, ge=0, le=1)
+    """The share of the profile's turns recorded into ``recording.path`` (0.05: one in
+    twenty, drawn at random per turn). Default 0: none, and a turn not recorded costs
+    nothing."""
+
     @field_validator("answer_schema")
     @classmethod
     def _answer_schema_compiles(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -676,8 +686,10 @@ class ProfileConfig(_Strict):
     @classmethod
     def _variants(cls, variants: list[VariantConfig]) -> list[VariantConfig]:
         _unique("variant", [v.name for v in variants])
-        if variants and not any(v.weight > 0 for v in variants):
-            raise ValueError("at least one variant needs a weight above 0")
+        if variants and variants[0].shadow is not None:
+            raise ValueError("the first variant is the stable one and cannot be a shadow")
+        if variants and not any(v.weight > 0 for v in variants if v.shadow is None):
+            raise ValueError("at least one variant that is not a shadow needs a weight above 0")
         return variants
 
 
@@ -1175,6 +1187,59 @@ class McpEndpointConfig(_Strict):
         return origins
 
 
+class RecordingConfig(_Strict):
+    """Where recorded turns are written (``profiles.NAME.record``, shadow variants) and how
+    much room they may take: JSON lines files, one turn a line (``docs/replay.md``)."""
+
+    path: str | None = None
+    """The directory of the recording files; unset: nothing is recorded."""
+    max_turn_bytes: int = Field(256 * 1024, ge=4096)
+    """The largest document one turn may write: past it, the longest texts (tool results,
+    messages) are cut and the turn says ``truncated``."""
+    max_file_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024)
+    """A file that has grown past this is closed and the next turn starts a new one."""
+    max_files: int = Field(16, ge=1)
+    """Files kept; the oldest is deleted when one more would be: the recordings take at
+    most about ``max_files`` x ``max_file_bytes``."""
+
+
+class ReplayThresholds(_Strict):
+    """When ``agent-sidecar replay`` fails (exit 1): any measure past its threshold."""
+
+    min_same_tool_calls: float = Field(0.9, ge=0, le=1)
+    """The share of turns whose tool calls (names and arguments) must be the recording's."""
+    min_same_answers: float = Field(0.0, ge=0, le=1)
+    """The share of turns whose answers must compare the same (``replay.answers``).
+    Default 0: a model's wording varies; raise it with a structured or judged comparison."""
+    max_new_failures: int = Field(0, ge=0)
+    """Turns that ended well in the recording and fail in the replay (a model error, an
+    invalid answer, a refusal, a limit)."""
+    max_latency_ratio: float | None = Field(None, gt=0)
+    """The median of each turn's replayed duration over its recorded one; unset: not
+    checked (tool calls answered from a recording take no time)."""
+    max_token_ratio: float | None = Field(None, gt=0)
+    """All replayed tokens over all recorded ones; unset: not checked."""
+    max_cost_ratio: float | None = Field(None, gt=0)
+    """All replayed cost over all recorded cost; unset: not checked."""
+
+
+class ReplayConfig(_Strict):
+    """How a replay, and a shadow variant, compare a run with its recording."""
+
+    answers: Literal["exact", "structured", "judge"] = "exact"
+    """``exact``: the same text; ``structured``: the same JSON value (or the same
+    ``fields`` of it); ``judge``: the ``judge`` model says they mean the same (replay
+    only: a shadow variant compares structured answers as ``structured``, others exactly)."""
+    fields: list[str] = Field(default_factory=list)
+    """With ``structured``: the answer fields compared, as dotted paths (``order.status``);
+    empty: the whole value."""
+    judge: dict[str, Any] | None = None
+    """With ``judge``: the judging model, as keys of the top-level ``model`` section that
+    differ (``{model: llama-3.3-70b-versatile}``)."""
+    fail: ReplayThresholds = ReplayThresholds()
+    """When a replay exits 1."""
+
+
 class SidecarConfig(_Strict):
     """The whole configuration file."""
 
@@ -1194,6 +1259,37 @@ class SidecarConfig(_Strict):
     security: SecurityConfig = SecurityConfig()
     auth: AuthConfig = AuthConfig()
     background: BackgroundConfig = BackgroundConfig()
+    recording: RecordingConfig = RecordingConfig()
+    replay: ReplayConfig = ReplayConfig()
+
+    @model_validator(mode="after")
+    def _recording_has_somewhere_to_go(self) -> SidecarConfig:
+        if self.recording.path is not None:
+            return self
+        for name, profile in self.profiles.items():
+            if profile.record > 0:
+                raise ValueError(f"profiles.{name}.record needs recording.path")
+            for variant in profile.variants:
+                if variant.shadow is not None:
+                    raise ValueError(
+                        f"profiles.{name}.variants.{variant.name}.shadow needs recording.path "
+                        "(the comparisons are written there)"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _a_judge_to_judge_with(self) -> SidecarConfig:
+        if self.replay.answers == "judge" and self.replay.judge is None:
+            raise ValueError("replay.answers: judge needs replay.judge (the judging model)")
+        if self.replay.judge is not None:
+            try:
+                resolve_model(self.model, self.replay.judge)
+            except ValidationError as exc:
+                problem = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                )
+                raise ValueError(f"replay.judge: {problem}") from None
+        return self
 
     @field_validator("tool_servers")
     @classmethod
@@ -1398,9 +1494,9 @@ def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | Non
 
 def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment variables the configuration names for secrets beyond the model
-    key (``token_env`` of principals and tool servers, ``api_key_env`` of model variants
-    and tiers, the callback secrets' ``*_env``), with their values; unset or empty ones are
-    left out."""
+    key (``token_env`` of principals and tool servers, ``api_key_env`` of model variants,
+    tiers and the replay's judge, the callback secrets' ``*_env``), with their values; unset
+    or empty ones are left out."""
     names = {p.token_env for p in config.auth.principals if p.token_env}
     names |= {p.callback_secret_env for p in config.auth.principals if p.callback_secret_env}
     if config.background.callbacks.secret_env:
@@ -1417,6 +1513,9 @@ def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dic
         names |= {
             o["api_key_env"] for o in overrides if o and isinstance(o.get("api_key_env"), str)
         }
+    judge = config.replay.judge or {}
+    if isinstance(judge.get("api_key_env"), str):
+        names.add(judge["api_key_env"])
     return {name: environ[name] for name in sorted(names) if environ.get(name)}
 
 

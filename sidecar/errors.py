@@ -6,6 +6,7 @@ it picks a status code::
 
     SidecarError                  retryable, retry_after
     ├── ConfigError               the configuration is missing, unreadable or invalid
+    ├── RecordingError            a recording cannot be read (corrupt, foreign, too new)
     ├── StartupError              a configured part cannot start
     │   ├── SessionStoreError     the session store cannot be used (unreachable, locked, too new)
     │   └── TelemetryUnavailable  telemetry is configured but cannot start
@@ -72,6 +73,7 @@ __all__ = [
     "ProfileNotFound",
     "ProfileRemoved",
     "QuotaExceeded",
+    "RecordingError",
     "RequestError",
     "ResourceExhausted",
     "RunNotFound",
@@ -109,6 +111,11 @@ class SidecarError(Exception):
 
 class ConfigError(SidecarError):
     """The configuration file is missing, unreadable or invalid."""
+
+
+class RecordingError(SidecarError):
+    """A recording cannot be read: not JSON, not a recording, a newer format version, or a
+    field missing; the message names the file and line."""
 
 
 class StartupError(SidecarError):

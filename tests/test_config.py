@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from pathlib import Path
@@ -20,6 +21,8 @@ from sidecar.config import (
     ModelConfig,
     PriceConfig,
     ProfileConfig,
+    RecordingConfig,
+    ReplayConfig,
     SecurityConfig,
     ServerConfig,
     SessionsConfig,
@@ -135,6 +138,8 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(SecurityConfig, "security.")
         + _config_keys(AuthConfig, "auth.")
         + _config_keys(BackgroundConfig, "background.")
+        + _config_keys(RecordingConfig, "recording.")
+        + _config_keys(ReplayConfig, "replay.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing
@@ -305,3 +310,36 @@ def test_mcp_server_names_share_the_tool_servers_namespace_and_the_endpoint_need
     with pytest.raises(ConfigError, match=r"mcp\.profile 'nope' names no profile"):
         parse_config({"mcp": {"port": 0, "profile": "nope"}})
     assert parse_config({"mcp": {"profile": "nope"}}).mcp.port is None  # no endpoint: unused
+
+
+_SHADOW = {"name": "shadow", "weight": 1, "shadow": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"profiles": {"p": {"record": 0.1}}}, "profiles.p.record needs recording.path"),
+        (
+            {"profiles": {"p": {"variants": [{"name": "a", "weight": 1}, _SHADOW]}}},
+            "profiles.p.variants.shadow.shadow needs recording.path",
+        ),
+        (
+            {"profiles": {"p": {"variants": [_SHADOW, {"name": "a", "weight": 1}]}}},
+            "the first variant is the stable one and cannot be a shadow",
+        ),
+        (
+            {
+                "recording": {"path": "r"},
+                "profiles": {"p": {"variants": [{"name": "a", "weight": 0}, _SHADOW]}},
+            },
+            "at least one variant that is not a shadow needs a weight above 0",
+        ),
+        ({"replay": {"answers": "judge"}}, "replay.answers: judge needs replay.judge"),
+        ({"replay": {"judge": {"temperature": 9}}}, "replay.judge: temperature"),
+    ],
+)
+def test_recording_shadows_and_judges_are_refused_without_what_they_need(
+    config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(config)

@@ -292,6 +292,13 @@ MICRO = {
         "one whose profile has a light variant "
         "(docs/runtime-policies.md#the-light-path-under-load).",
     ),
+    "recording_cost": (
+        "What recording costs",
+        "make bench-recording",
+        "sidecar CPU per run with recording off, configured but not drawn (record: 0), and "
+        "recording every turn (record: 1): the price of one recorded run, and of a share "
+        "(docs/replay.md#what-recording-costs).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",

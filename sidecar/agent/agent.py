@@ -19,6 +19,7 @@ from sidecar.agent.conversations import Conversations, SessionPage
 from sidecar.agent.direct import DirectCalls
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.recorder import Recorder
 from sidecar.agent.runs import BackgroundRuns
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.speculation import Speculation
@@ -52,6 +53,7 @@ class Agent:
         light_path: When new turns take their profile's light path (near ``max_runs``).
         max_sessions: Sessions the store may hold; None: no limit.
         background: ``background`` of the configuration; unset: its defaults.
+        recorder: Records and shadows turns; None: no recording is configured.
 
     Every call names its :class:`~sidecar.security.identity.Principal`: a session exists
     only for the principal that created it, and the principal's profiles and quotas
@@ -72,6 +74,7 @@ class Agent:
         light_path: LightPathConfig | None = None,
         max_sessions: int | None = None,
         background: BackgroundConfig | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.loop = loop
         self.store = store
@@ -108,6 +111,7 @@ class Agent:
             telemetry=telemetry,
             audit=self.audit,
             speculation=self.speculation,
+            recorder=recorder,
         )
         self.runs = BackgroundRuns(
             sessions=store,

@@ -219,7 +219,7 @@ class ModelRoster:
                 if v.system_prompt is not None
                 else default_prompt
             )
-            variants.append(Variant(v.name, v.weight, models, prompt))
+            variants.append(Variant(v.name, v.weight, models, prompt, shadow=v.shadow))
         return variants
 
     def memory_models(self, config: SidecarConfig) -> dict[str, Model]:

@@ -32,6 +32,7 @@ from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.models import ModelRoster
 from sidecar.agent.profiles import LightPath, Profile, build_profiles
+from sidecar.agent.recorder import Recorder
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import RunModels
 from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
@@ -199,6 +200,8 @@ class Runtime:
         self.memory: MemoryKeeper | None = None
         self._shared_results: PostgresSharedResults | None = None
         self._agent: Agent | None = None
+        self.loop: AgentLoop | None = None
+        self.recorder: Recorder | None = None
         self.metrics_port: int | None = None
         self.is_ready = False
         """Every tool server discovered, or its discovery timed out."""
@@ -267,6 +270,15 @@ class Runtime:
             redact=self.redact,
             max_message_bytes=config.server.max_message_bytes,
         )
+        self.loop = loop
+        if config.recording.path is not None:
+            self.recorder = Recorder(
+                config.recording,
+                redact=self.redact,
+                loop=loop,
+                telemetry=self.telemetry,
+                replay=config.replay,
+            )
         self._snapshot = self._build_snapshot(config, previous=None)
         self._agent = Agent(
             loop,
@@ -280,6 +292,7 @@ class Runtime:
             light_path=config.server.light_path,
             max_sessions=config.sessions.max_sessions,
             background=config.background,
+            recorder=self.recorder,
         )
         self._agent.speculation.start()
         if self.telemetry.metrics is not None:
@@ -321,6 +334,8 @@ class Runtime:
                 log.warning("runs still storing their turns after 5s; closing the store")
         if self._agent is not None:
             await self._agent.speculation.close()
+        if self.recorder is not None:
+            await self.recorder.close()
         if self.memory is not None:
             await self.memory.close()
         if self.results is not None:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from sidecar.agent.profiles import Profile
 from sidecar.agent.spend import RunSpend
 from sidecar.agent.variants import RunModels
-from sidecar.tools.dispatch import Approver, Asker, DispatchGuard, StepScope, ToolCallListener
+from sidecar.tools.dispatch import (
+    Approver,
+    Asker,
+    DispatchGuard,
+    StepScope,
+    ToolAnswerer,
+    ToolCallListener,
+)
 from sidecar.types import Clock, EventSink, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -86,6 +93,8 @@ class RunScope:
     speculate: Sequence[ToolCall] = ()
     """The first step's calls its input predicts (speculative prefetch): started while the
     model thinks."""
+    answer: ToolAnswerer | None = None
+    """Answers its tool calls in place of the servers (a replay, a shadow run)."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.
@@ -105,4 +114,5 @@ class RunScope:
             on_finished=self.on_tool_call,
             versions=self.tool_versions,
             before_dispatch=self.before_dispatch,
+            answer=self.answer,
         )

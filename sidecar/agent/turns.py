@@ -13,7 +13,8 @@
    ends it failed, with an error id.
 4. **Store** (also when the caller left), **price**, **release** (admission, quotas, the
    running registry); then what only observes a finished turn is told of it: the audit
-   record, the variant router, telemetry.
+   record, the variant router, telemetry, and the recorder (a turn drawn for recording
+   or a shadow variant, :mod:`~sidecar.agent.recorder`).
 
 A claimed turn that never runs (its caller left first) is released by :meth:`Turns.abandon`.
 
@@ -39,6 +40,7 @@ from sidecar.agent.conversations import Conversations
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import LightPath, Profile
+from sidecar.agent.recorder import Recorder, TurnRecording
 from sidecar.agent.scope import Progress, RunScope
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.speculation import Speculation
@@ -166,6 +168,7 @@ class Turns:
         telemetry: Metrics, tracing and the timeline log.
         audit: The audit record.
         speculation: Predicts the first calls of a speculating profile's runs.
+        recorder: Records and shadows turns; None: no recording is configured.
     """
 
     def __init__(
@@ -181,9 +184,11 @@ class Turns:
         telemetry: Telemetry,
         audit: AuditLog,
         speculation: Speculation | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self._loop = loop
         self._speculation = speculation
+        self._recorder = recorder
         self._store = store
         self._model = model
         self._snapshot = snapshot
@@ -387,6 +392,9 @@ class Turns:
             clock=turn.clock,
             streamed=sink is not None,
         )
+        recording = None
+        if self._recorder is not None:
+            recording = self._recorder.choose(turn.profile, turn.router, turn.clock)
         scope = self._scope(
             turn,
             structured=structured,
@@ -395,6 +403,7 @@ class Turns:
             metadata=metadata,
             trace=trace,
             detached=detached,
+            recording=recording,
         )
         if self._audit.enabled:
             self._audit.record(
@@ -420,6 +429,8 @@ class Turns:
                     light=turn.light is not None,
                 )
                 resume = detached.resume if detached is not None else None
+                if recording is not None:
+                    recording.capture.history = 1 + len(window.messages)
                 result = await self._loop.run(scope, window.messages, turn.input, resume)
             except asyncio.CancelledError:
                 if running.stopped is None:
@@ -442,6 +453,7 @@ class Turns:
                 window=window,
                 trace=trace,
                 detached=detached,
+                recording=recording,
             )
 
     def _scope(
@@ -454,6 +466,7 @@ class Turns:
         metadata: Sequence[tuple[str, str | bytes]],
         trace: RunTrace | None,
         detached: Detached | None = None,
+        recording: TurnRecording | None = None,
     ) -> RunScope:
         if detached is not None:
             budget = time_remaining or 0.0  # no caller waits: nothing to keep back
@@ -482,6 +495,11 @@ class Turns:
             if trace
             else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
         )
+        models = variant.models if variant is not None else RunModels(self._model)
+        on_tool_call = self._audit_tool_calls(turn) if self._audit.enabled else None
+        if recording is not None:
+            models = recording.capture.models(models)
+            on_tool_call = recording.capture.listener(on_tool_call)
         return RunScope(
             run_id=turn.run_id,
             profile=profile,
@@ -498,7 +516,7 @@ class Turns:
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
             ),
             trace=trace,
-            on_tool_call=self._audit_tool_calls(turn) if self._audit.enabled else None,
+            on_tool_call=on_tool_call,
             tool_versions=turn.snapshot.tool_versions,
             on_step=detached.step_done if detached is not None else None,
             before_dispatch=detached.before_dispatch if detached is not None else None,
@@ -524,6 +542,7 @@ class Turns:
         window: Window | None,
         trace: RunTrace | None,
         detached: Detached | None = None,
+        recording: TurnRecording | None = None,
     ) -> None:
         """Store, price, release, then tell the observers: in this order, whatever
         happened (a turn cancelled by its caller is stored as cancelled)."""
@@ -565,7 +584,15 @@ class Turns:
             end = turn.clock.now()
             if outcome is not None:
                 outcome.add_persistence(persisting, end)
-            self._finished(turn, outcome, record=record, model=model, end=end, trace=trace)
+            self._finished(
+                turn,
+                outcome,
+                record=record,
+                model=model,
+                end=end,
+                trace=trace,
+                recording=recording,
+            )
 
     async def _add_spend(self, turn: ClaimedTurn, spend: RunSpend) -> None:
         """Count the run against its principal's day (in the store, shared by replicas)."""
@@ -586,9 +613,10 @@ class Turns:
         model: str,
         end: float,
         trace: RunTrace | None,
+        recording: TurnRecording | None,
     ) -> None:
         """What only observes a finished turn: the audit record, the variant router,
-        telemetry."""
+        telemetry, the recorder."""
         if self._audit.enabled:
             self._audit.record(
                 "run_finished",
@@ -621,6 +649,20 @@ class Turns:
             trace=trace,
             end=end,
         )
+        if recording is not None:
+            assert self._recorder is not None
+            self._recorder.finished(
+                recording,
+                snapshot=turn.snapshot,
+                profile=turn.profile,
+                outcome=outcome,
+                run_id=turn.run_id,
+                session_id=turn.session_id,
+                variant=record.variant,
+                principal=turn.principal.name,
+                started_at=turn.started,
+                user_input=turn.input,
+            )
 
     def _audit_tool_calls(self, turn: ClaimedTurn) -> ToolCallListener:
         audit, principal, session_id, run_id = (

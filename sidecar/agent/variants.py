@@ -2,7 +2,9 @@
 
 A profile's variants share its new sessions by weight; a session keeps the variant its
 first turn ran on (the variant is stored with every turn), so a conversation never
-changes model mid-way. The first variant is the stable one; the others are canaries.
+changes model mid-way. The first variant is the stable one; the others are canaries, or
+shadows: a shadow variant takes no session, it runs copies of live turns
+(``sidecar.agent.shadow``), and becomes a canary when its ``shadow`` key is removed.
 
 Each finished run is recorded against its variant: its duration, and whether it failed,
 which is every way a run ends that a sound model would not end it (a model error, an
@@ -90,10 +92,12 @@ class Variant:
     samples: deque[_Sample] = field(default_factory=deque)
     unjudged: int = 0
     """Runs recorded since the canary was last judged."""
+    shadow: float | None = None
+    """A shadow variant: the share of live turns it runs a copy of; it takes no sessions."""
 
     @property
     def in_rotation(self) -> bool:
-        return self.rolled_back is None and self.weight > 0
+        return self.rolled_back is None and self.weight > 0 and self.shadow is None
 
 
 RollbackListener = Callable[[str, str, str], None]
@@ -125,6 +129,8 @@ class VariantRouter:
         self.profile = profile
         self.variants = {v.name: v for v in variants}
         self.stable = variants[0]
+        self.shadows = [v for v in variants if v.shadow is not None]
+        """The shadow variants: each runs copies of a share of the live turns."""
         self._rollback = rollback
         self._on_rollback = on_rollback
         self._rng = rng or random.Random()
@@ -134,7 +140,7 @@ class VariantRouter:
         pick by weight among those in rotation (the stable one when none is)."""
         if pinned is not None:
             variant = self.variants.get(pinned)
-            if variant is not None and variant.rolled_back is None:
+            if variant is not None and variant.rolled_back is None and variant.shadow is None:
                 return variant
         candidates = [v for v in self.variants.values() if v.in_rotation]
         if not candidates:

@@ -1,5 +1,6 @@
-"""``agent-sidecar``: serve, run the LLM simulator, run the demo, print a latency bill, or
-publish the key tool servers verify the sidecar's identity assertions with.
+"""``agent-sidecar``: serve, run the LLM simulator, run the demo, print a latency bill,
+publish the key tool servers verify the sidecar's identity assertions with, export
+recorded turns, replay them against a configuration, or report on shadow variants.
 
 Configuration is read here, once, validated, and passed down; nothing below this module
 reads the environment.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -210,6 +212,159 @@ def _identity_jwks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _comparison_outputs(
+    args: argparse.Namespace, reports: list[tuple[str, Any, Any]], about: dict[str, Any]
+) -> int:
+    """Print each (title, comparisons, summary); write the JSON and the plot when asked;
+    exit 1 when any summary breached a threshold."""
+    import json
+
+    from sidecar.commands.comparison_report import render, report_document, write_plot
+
+    for title, comparisons, summary in reports:
+        print(render(comparisons, summary, title=title))
+    if args.json:
+        documents = [report_document(c, s, title=t, **about) for t, c, s in reports]
+        Path(args.json).write_text(
+            json.dumps(documents[0] if len(documents) == 1 else documents, indent=2) + "\n"
+        )
+        print(f"report: {args.json}")
+    if args.plot:
+        try:
+            for i, (title, comparisons, _) in enumerate(reports):
+                path = args.plot if i == 0 else f"{Path(args.plot).with_suffix('')}-{i + 1}.png"
+                write_plot(comparisons, path, title=title)
+                print(f"plot: {path}")
+        except ImportError:
+            print(
+                "agent-sidecar: the plot needs matplotlib: pip install 'agent-sidecar[report]'",
+                file=sys.stderr,
+            )
+            return 2
+    return 0 if all(summary.passed for _, _, summary in reports) else 1
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from sidecar.commands.replay import replay
+    from sidecar.config import load_config
+    from sidecar.errors import ConfigError, RecordingError, StartupError
+    from sidecar.recording.compare import summarize
+    from sidecar.recording.format import read_turns
+
+    try:
+        config = load_config(args.config, os.environ)
+        turns = [t for t in read_turns(args.recordings) if t.shadow_of is None]
+    except (ConfigError, RecordingError) as exc:
+        print(f"agent-sidecar replay: {exc}", file=sys.stderr)
+        return 2
+    if not turns:
+        print("agent-sidecar replay: the recording holds no turns", file=sys.stderr)
+        return 2
+    api_key, _dsn, tokens, redactor = _secrets(config)
+    try:
+        done = _run(
+            replay(
+                config,
+                turns,
+                api_key=api_key,
+                redactor=redactor,
+                environ=tokens,
+                profile=args.profile,
+                variant=args.variant,
+                live=args.live_read_only,
+                timeout=args.timeout,
+            )
+        )
+    except (ConfigError, StartupError) as exc:
+        print(f"agent-sidecar replay: {exc}", file=sys.stderr)
+        return 2
+    comparisons = [d.comparison for d in done]
+    summary = summarize(comparisons, config.replay.fail)
+    title = f"replay of {len(turns)} recorded turn(s) on {args.config}"
+    about = {"config": args.config, "recordings": args.recordings}
+    return _comparison_outputs(args, [(title, comparisons, summary)], about)
+
+
+def _recording_source(args: argparse.Namespace) -> str:
+    from sidecar.config import load_config
+    from sidecar.errors import ConfigError
+
+    if args.dir:
+        return str(args.dir)
+    path = load_config(args.config, os.environ).recording.path
+    if path is None:
+        raise ConfigError(f"{args.config} sets no recording.path: pass --dir")
+    return path
+
+
+def _record_export(args: argparse.Namespace) -> int:
+    from sidecar.commands.recordings import parse_time
+    from sidecar.errors import ConfigError, RecordingError
+    from sidecar.recording.files import TurnFilter, export
+
+    try:
+        source = _recording_source(args)
+        keep = TurnFilter(
+            session_id=args.session,
+            profile=args.profile,
+            variant=args.variant,
+            since=parse_time(args.since) if args.since else None,
+            until=parse_time(args.until) if args.until else None,
+            shadows=args.shadows,
+        )
+        out = Path(args.output) if args.output else None
+        count = 0
+        with (
+            out.open("wb") if out is not None else contextlib.nullcontext(sys.stdout.buffer) as sink
+        ):
+            for line in export(source, keep, leave_out=out):
+                sink.write(line)
+                count += 1
+    except (ConfigError, RecordingError, ValueError, OSError) as exc:
+        print(f"agent-sidecar record export: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported {count} turn(s) from {source}", file=sys.stderr)
+    return 0
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    from sidecar.commands.recordings import parse_time, shadow_comparisons
+    from sidecar.config import load_config
+    from sidecar.errors import ConfigError, RecordingError
+    from sidecar.recording.compare import summarize
+    from sidecar.recording.files import TurnFilter
+    from sidecar.recording.format import read_turns
+
+    try:
+        config = load_config(args.config, os.environ)
+        source = _recording_source(args)
+        keep = TurnFilter(
+            profile=args.profile,
+            since=parse_time(args.since) if args.since else None,
+            until=parse_time(args.until) if args.until else None,
+            shadows=True,
+        )
+        turns = [t for t in read_turns([source]) if keep.keeps(t)]
+    except (ConfigError, RecordingError, ValueError) as exc:
+        print(f"agent-sidecar shadow report: {exc}", file=sys.stderr)
+        return 2
+    groups = shadow_comparisons(turns, config)
+    reports = [
+        (
+            f"shadow variant {variant} of profile {profile}: {len(found)} run(s) compared "
+            "with the live runs they copied",
+            found,
+            summarize(found, config.replay.fail),
+        )
+        for (profile, variant), found in sorted(groups.items())
+        if args.variant is None or variant == args.variant
+    ]
+    if not reports:
+        print(f"agent-sidecar shadow report: no shadow runs in {source}", file=sys.stderr)
+        return 1
+    return _comparison_outputs(args, reports, {"config": args.config, "recordings": [source]})
+
+
 def _level(text: str) -> str:
     if text.upper() not in LEVELS:
         raise argparse.ArgumentTypeError(f"{text!r} is not a log level: {', '.join(LEVELS)}")
@@ -241,6 +396,75 @@ def _no_simulator(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 2
+
+
+def _comparison_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--json", metavar="FILE", help="write the report as JSON too")
+    command.add_argument("--plot", metavar="PNG", help="plot each turn (needs matplotlib)")
+
+
+def _recording_commands(commands: Any, logging_flags: argparse.ArgumentParser) -> None:
+    """``replay``, ``record export`` and ``shadow report``."""
+    replay = commands.add_parser(
+        "replay",
+        help="run recorded turns again against a configuration and compare (exit 1: "
+        "a regression past replay.fail)",
+        parents=[logging_flags],
+    )
+    replay.add_argument(
+        "recordings", nargs="+", metavar="RECORDING", help="a recording file or directory"
+    )
+    replay.add_argument("--config", required=True, help="the configuration to replay on")
+    replay.add_argument("--profile", help="run every turn on this profile (default: its own)")
+    replay.add_argument("--variant", help="run on this variant (default: the stable one)")
+    replay.add_argument(
+        "--live-read-only",
+        action="store_true",
+        help="run read-only tools on the configured tool servers (others: the recording)",
+    )
+    replay.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds a turn may take (default 120)"
+    )
+    _comparison_flags(replay)
+    replay.set_defaults(handler=_replay)
+
+    record = commands.add_parser("record", help="recorded turns", parents=[logging_flags])
+    record_commands = record.add_subparsers(dest="record_command", required=True)
+    export = record_commands.add_parser(
+        "export",
+        help="write the recorded turns a filter keeps as one recording (JSON lines)",
+        parents=[logging_flags],
+    )
+    source = export.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="the sidecar's configuration (its recording.path)")
+    source.add_argument("--dir", help="a recording directory or file")
+    export.add_argument("--session", help="one session's turns")
+    export.add_argument("--profile", help="one profile's turns")
+    export.add_argument("--variant", help="one variant's turns")
+    export.add_argument("--since", help="turns started at or after (ISO 8601 or epoch seconds)")
+    export.add_argument("--until", help="turns started before (ISO 8601 or epoch seconds)")
+    export.add_argument(
+        "--shadows", action="store_true", help="keep the runs of shadow variants too"
+    )
+    export.add_argument("-o", "--output", help="the file to write (default: standard output)")
+    export.set_defaults(handler=_record_export)
+
+    shadow = commands.add_parser("shadow", help="shadow variants", parents=[logging_flags])
+    shadow_commands = shadow.add_subparsers(dest="shadow_command", required=True)
+    report = shadow_commands.add_parser(
+        "report",
+        help="compare shadow variants' runs with the live runs they copied (exit 1: a "
+        "regression past replay.fail)",
+        parents=[logging_flags],
+    )
+    report.add_argument("--config", required=True, help="the sidecar's configuration")
+    report.add_argument("--dir", help="the recordings (default: its recording.path)")
+    report.add_argument("--profile", help="one profile's shadow runs")
+    report.add_argument("--variant", help="one shadow variant")
+    report.add_argument("--since", help="runs started at or after (ISO 8601 or epoch seconds)")
+    report.add_argument("--until", help="runs started before (ISO 8601 or epoch seconds)")
+    _comparison_flags(report)
+    report.set_defaults(handler=_shadow_report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -321,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     jwks.add_argument("--config", required=True, help="the sidecar's YAML configuration file")
     jwks.set_defaults(handler=_identity_jwks)
+
+    _recording_commands(commands, logging_flags)
 
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)

@@ -113,6 +113,33 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.variant_run(profile, variant, outcome, failed)
 
+    def shadow_compared(
+        self,
+        profile: str,
+        variant: str,
+        *,
+        same_tool_calls: bool,
+        same_answer: bool | None,
+        new_failure: bool,
+        cost: float | None,
+        latency_ratio: float | None,
+    ) -> None:
+        """Count a shadow run's comparison with the live run it copied (metrics on)."""
+        if self.metrics is not None:
+            self.metrics.shadow_compared(
+                profile,
+                variant,
+                same_tool_calls=same_tool_calls,
+                same_answer=same_answer,
+                new_failure=new_failure,
+                cost=cost,
+                latency_ratio=latency_ratio,
+            )
+
+    def shadow_skipped(self, profile: str, variant: str) -> None:
+        if self.metrics is not None:
+            self.metrics.shadow_skipped.labels(profile, variant).inc()
+
     def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
         if self.metrics is not None:
             self.metrics.variant_state(profile, variant, in_rotation)

@@ -359,6 +359,41 @@ class Metrics:
             ["profile", "variant"],
             registry=r,
         )
+        self.shadow_runs = Counter(
+            "agent_sidecar_shadow_runs",
+            "Shadow runs compared with the live run they copied, by whether their tool "
+            "calls (names and arguments) and their answers were the same: true, false, or "
+            "unknown (answers not compared).",
+            ["profile", "variant", "same_tool_calls", "same_answer"],
+            registry=r,
+        )
+        self.shadow_new_failures = Counter(
+            "agent_sidecar_shadow_new_failures",
+            "Shadow runs that failed where the live run they copied ended well.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.shadow_cost = Counter(
+            "agent_sidecar_shadow_cost_usd",
+            "Estimated cost of shadow runs, in US dollars: counted apart from every caller's run.",
+            ["profile", "variant"],
+            registry=r,
+        )
+        self.shadow_latency_ratio = Histogram(
+            "agent_sidecar_shadow_latency_ratio",
+            "A shadow run's duration over the live run's (its tools answer at once, so "
+            "this compares model time with the live run's whole).",
+            ["profile", "variant"],
+            buckets=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0),
+            registry=r,
+        )
+        self.shadow_skipped = Counter(
+            "agent_sidecar_shadow_skipped",
+            "Live turns drawn for a shadow variant that found no room (too many shadow "
+            "runs in flight).",
+            ["profile", "variant"],
+            registry=r,
+        )
         self.variant_rollbacks = Counter(
             "agent_sidecar_variant_rollbacks",
             "Automatic rollbacks of canary variants.",
@@ -496,6 +531,27 @@ class Metrics:
     def principal_day(self, principal: str, cost: float, tokens: int) -> None:
         self.principal_daily_cost.labels(principal or ANONYMOUS).set(cost)
         self.principal_daily_tokens.labels(principal or ANONYMOUS).set(tokens)
+
+    def shadow_compared(
+        self,
+        profile: str,
+        variant: str,
+        *,
+        same_tool_calls: bool,
+        same_answer: bool | None,
+        new_failure: bool,
+        cost: float | None,
+        latency_ratio: float | None,
+    ) -> None:
+        """Record a shadow run's comparison with the live run it copied."""
+        answer = "unknown" if same_answer is None else str(same_answer).lower()
+        self.shadow_runs.labels(profile, variant, str(same_tool_calls).lower(), answer).inc()
+        if new_failure:
+            self.shadow_new_failures.labels(profile, variant).inc()
+        if cost is not None:
+            self.shadow_cost.labels(profile, variant).inc(cost)
+        if latency_ratio is not None:
+            self.shadow_latency_ratio.labels(profile, variant).observe(latency_ratio)
 
     def variant_state(self, profile: str, variant: str, in_rotation: bool) -> None:
         self.variant_in_rotation.labels(profile, variant).set(1 if in_rotation else 0)

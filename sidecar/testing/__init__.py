@@ -20,12 +20,19 @@ discovered its tool servers).
 its own) for the shared store's tests and benchmarks; :func:`create_database` makes each
 test a fresh namespace on it.
 
+A recorded session becomes a test: :func:`simulator` with ``recording=`` answers each
+recorded input as the model did, and :func:`recorded_turns` reads the turns (their
+inputs, tool calls and answers) to drive the sidecar with and check against.
+
 Tests in other languages start the same stack with the launcher,
 ``python -m sidecar.testing``: it prints ``stack {JSON}`` (the addresses), then
 ``listening on HOST:PORT`` (the sidecar, SERVING), and runs until SIGTERM, SIGINT or
 the end of its stdin. See ``docs/testing.md``.
 """
 
+from pathlib import Path
+
+from sidecar.recording.format import RecordedTurn, read_turns
 from sidecar.testing._health import wait_serving
 from sidecar.testing._postgres import (
     POSTGRES_MISSING,
@@ -53,6 +60,16 @@ from sidecar.testing._stack import (
     tool_server,
 )
 
+
+def recorded_turns(*recordings: str | Path) -> list[RecordedTurn]:
+    """The live turns of recordings (files or directories), in the order recorded.
+
+    Raises:
+        RecordingError: a recording cannot be read.
+    """
+    return [t for t in read_turns(recordings) if t.shadow_of is None]
+
+
 __all__ = [
     "CLIENT_PROFILES",
     "EXAMPLE_TOOL_SERVERS",
@@ -62,12 +79,14 @@ __all__ = [
     "SIMULATOR_MODEL",
     "PostgresServer",
     "ProcessStartError",
+    "RecordedTurn",
     "ServerProcess",
     "Stack",
     "create_database",
     "drop_database",
     "example_stack",
     "postgres_binaries",
+    "recorded_turns",
     "sidecar",
     "sidecar_config",
     "simulator",

@@ -35,17 +35,26 @@ EXAMPLE_TOOL_SERVERS = ("orders", "logistics", "shop")
 """The SDK's example tool servers (``toolservers.examples.NAME``)."""
 
 
-def simulator(*flags: str, scenario: str | Path | None = None, **kwargs: Any) -> ServerProcess:
+def simulator(
+    *flags: str,
+    scenario: str | Path | None = None,
+    recording: str | Path | None = None,
+    **kwargs: Any,
+) -> ServerProcess:
     """Start the LLM simulator on a free port.
 
     Args:
         flags: More of its flags (``--ttft-ms``, ``--fault-rate-429`` ...).
         scenario: A scenario file of scripted rules.
+        recording: A recording (``agent-sidecar record export``) whose model side the
+            simulator serves: each recorded input is answered as the model answered it.
         kwargs: Passed to :func:`~sidecar.testing.start_process`.
     """
     args = ["-m", SIMULATOR_MODULE, "--port", "0"]
     if scenario is not None:
         args += ["--scenario", str(scenario)]
+    if recording is not None:
+        args += ["--recording", str(recording)]
     return start_process([*args, *flags], **kwargs)
 
 

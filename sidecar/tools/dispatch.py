@@ -10,7 +10,8 @@ as soon as their arguments are complete, or speculated before the model answered
 step claims each such call instead of starting it again.
 
 Each call, in order: the tool must exist and be allowed; its arguments are validated
-against the schema (a violation goes back to the model and never reaches the server);
+against the schema (a violation goes back to the model and never reaches the server); a
+run answered from a recording takes the recorded result here (``StepScope.answer``);
 approval is asked for when the tool requires it; then it runs behind its server's
 circuit breaker, with deadline = min(tool timeout, the run's remaining time), retried
 with backoff only when the tool is idempotent and the failure is UNAVAILABLE or
@@ -82,6 +83,9 @@ ToolCallListener = Callable[[ToolCall, "str | None", ToolOutcome], None]
 DispatchGuard = Callable[[int, ToolCall, CatalogTool], Awaitable[None]]
 """Awaited just before a call goes to its server, with its step (a background run records a
 call that is not safe to repeat first); an exception it raises fails the step unsent."""
+ToolAnswerer = Callable[[ToolCall, CatalogTool, float], "ToolOutcome | None"]
+"""Answers a valid, allowed call in place of its server (a run answered from a recording):
+given the call, its tool and the run's clock now, the outcome; None: the call runs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +122,8 @@ class StepScope:
     versions: Mapping[str, Sequence[tuple[str, float]]] = dataclasses.field(default_factory=dict)
     """For each server with versions: the servers (itself first) and their weights, which
     share its calls (``tool_servers[].version_of``); a server not named keeps its calls."""
+    answer: ToolAnswerer | None = None
+    """Answers calls before they reach approval, the cache or a server; None: none is."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -314,6 +320,13 @@ class Dispatcher:
     ) -> ToolOutcome:
         """Run the call, or reuse a cached or in-flight result when its tool allows."""
         tool, results = item.tool, self.results
+        if scope.answer is not None and tool is not None:
+            answered = scope.answer(item.call, tool, scope.clock.now())
+            if answered is not None:
+                if scope.sink is not None:
+                    call = item.call
+                    scope.sink.tool_call_started(scope.step, call.id, call.name, call.arguments)
+                return answered
         if results is None or tool is None or item.arguments is None or not results.caches(tool):
             return await self._run(scope, item, queued, span)
         # Every dispatched call starts before it finishes, for the caller: one answered
