@@ -25,9 +25,8 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.spend import RunSpend
 from sidecar.config import PriceConfig
-from sidecar.testing import ServerProcess
+from sidecar.testing import PostgresServer, ServerProcess, create_database, drop_database
 from sidecar.types import Usage
-from tests.support.pg import PostgresServer, create_database, drop_database
 from tests.support.stack import (
     MODEL,
     scrape,
