@@ -495,7 +495,6 @@ class Turns:
             if trace
             else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
         )
-        models = variant.models if variant is not None else RunModels(self._model)
         on_tool_call = self._audit_tool_calls(turn) if self._audit.enabled else None
         if recording is not None:
             models = recording.capture.models(models)
