@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar.config import (
+    A2AConfig,
     AuthConfig,
     BackgroundConfig,
     CacheConfig,
@@ -129,6 +130,7 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(SecurityConfig, "security.")
         + _config_keys(AuthConfig, "auth.")
         + _config_keys(BackgroundConfig, "background.")
+        + _config_keys(A2AConfig, "a2a.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

@@ -42,22 +42,29 @@ def check_exposure(config: SidecarConfig) -> list[str]:
     tokens = [
         p.name for p in config.auth.principals if p.token_sha256 or p.token_env or p.token_file
     ]
-    if not is_loopback(server.host) and server.tls is None and tokens:
-        # Not waivable, server.insecure or not: a bearer token sent in plaintext is a
-        # token given away.
-        raise StartupError(
-            f"server.host {server.host} is not loopback, server.tls is unset and principals "
-            f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their tokens "
-            "would cross the network in plaintext; set server.tls (docs/security.md)"
-        )
-    if not is_loopback(server.host):
-        if server.tls is None:
-            problems.append(f"server.host {server.host} is not loopback and server.tls is unset")
-        if not config.auth.principals:
-            problems.append(
-                f"server.host {server.host} is not loopback and auth.principals is empty "
-                "(every caller is anonymous)"
+    # The A2A front's HTTP listener follows the gRPC port's rules, with the same TLS
+    # (server.tls) and the same principals.
+    listeners = [("server.host", server.host)]
+    if config.a2a is not None and config.a2a.http is not None:
+        listeners.append(("a2a.http.host", config.a2a.http.host or server.host))
+    for key, host in listeners:
+        if not is_loopback(host) and server.tls is None and tokens:
+            # Not waivable, server.insecure or not: a bearer token sent in plaintext is a
+            # token given away.
+            raise StartupError(
+                f"{key} {host} is not loopback, server.tls is unset and principals "
+                f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their "
+                "tokens would cross the network in plaintext; set server.tls "
+                "(docs/security.md)"
             )
+        if not is_loopback(host):
+            if server.tls is None:
+                problems.append(f"{key} {host} is not loopback and server.tls is unset")
+            if not config.auth.principals:
+                problems.append(
+                    f"{key} {host} is not loopback and auth.principals is empty "
+                    "(every caller is anonymous)"
+                )
     for tool_server in config.tool_servers:
         has_token = tool_server.token_env or tool_server.token_file
         if has_token and tool_server.tls is None and not is_loopback(_host(tool_server.address)):
