@@ -7,7 +7,6 @@ tasks, and bad input answered with the spec's errors while the sidecar keeps ser
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -26,47 +25,18 @@ from a2a.utils.errors import (
 from agentsidecar.errors import error_details
 from sidecar.testing import ServerProcess
 from tests.support.a2a import (
-    A2A_SKILLS,
     ALICE,
     ALICE_SECRET,
     BOB,
-    ENV,
     a2a_client,
     collect,
-    principals,
     public_card,
     user_message,
 )
 from tests.support.runs import receiver, signed_correctly
-from tests.support.stack import scripted_toolserver, sidecar, sidecar_config, simulator
 
 BINDINGS = ["GRPC", "JSONRPC"]
 S = a2a_pb2.TaskState
-BACKGROUND: dict[str, Any] = {
-    "flush_interval": 0.02,
-    "poll_interval": 0.2,
-    "callbacks": {
-        "allowed_hosts": ["127.0.0.1"],
-        "allow_private_networks": True,
-        "allow_http": True,
-        "timeout": 2,
-        "retry": {"max_attempts": 3, "initial_backoff": 0.05, "max_backoff": 0.1},
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with simulator() as sim, scripted_toolserver() as tools:
-        config = sidecar_config(
-            sim,
-            [{"name": "scripted", "address": tools.address}],
-            background=BACKGROUND,
-            auth=principals(),
-            a2a={"skills": A2A_SKILLS, "http": {"port": 0}},
-        )
-        with sidecar(config, tmp_path_factory.mktemp("sidecar"), env=ENV) as side:
-            yield {"sim": sim, "tools": tools, "sidecar": side}
 
 
 @pytest.fixture
