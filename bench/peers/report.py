@@ -267,6 +267,12 @@ MICRO = {
         "streamed (StreamRun), and the throughput of one and two replicas on one PostgreSQL "
         "(docs/background-runs.md).",
     ),
+    "a2a": (
+        "A turn through A2A",
+        "make bench-a2a",
+        "the same turn through A2A's gRPC binding (a blocking SendMessage from the a2a-sdk "
+        "client) and through AgentService (Run), interleaved (docs/a2a.md#cost).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",
