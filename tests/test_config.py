@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from sidecar.config import (
+    A2AConfig,
     AuthConfig,
     BackgroundConfig,
     CacheConfig,
@@ -140,6 +141,7 @@ def test_every_config_key_is_documented() -> None:
         + _config_keys(BackgroundConfig, "background.")
         + _config_keys(RecordingConfig, "recording.")
         + _config_keys(ReplayConfig, "replay.")
+        + _config_keys(A2AConfig, "a2a.")
     )
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing

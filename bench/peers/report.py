@@ -299,6 +299,12 @@ MICRO = {
         "recording every turn (record: 1): the price of one recorded run, and of a share "
         "(docs/replay.md#what-recording-costs).",
     ),
+    "a2a": (
+        "A turn through A2A",
+        "make bench-a2a",
+        "the same turn through A2A's gRPC binding (a blocking SendMessage from the a2a-sdk "
+        "client) and through AgentService (Run), interleaved (docs/a2a.md#cost).",
+    ),
     "unix_socket": (
         "A Unix socket against loopback TCP",
         "make bench-unix",

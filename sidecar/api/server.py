@@ -23,6 +23,8 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
+from typing import Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -41,7 +43,7 @@ from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.errors import StartupError
 from sidecar.security.tls import server_credentials
 
-__all__ = ["SERVICE_NAME", "GrpcFront"]
+__all__ = ["SERVICE_NAME", "GrpcFront", "GrpcService"]
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +53,32 @@ SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 _REFUSALS_QUIET = 0.25
 
 
+class GrpcService(Protocol):
+    """Another front's service served on the same port (the A2A front's), behind the same
+    TLS; it authenticates its calls itself, by the same principals."""
+
+    @property
+    def service_name(self) -> str:
+        """Its full name, for health and reflection."""
+        ...
+
+    def register(self, server: grpc.aio.Server) -> None:
+        """Add its handlers to ``server``."""
+        ...
+
+
 class GrpcFront:
     """Serves a runtime's agent over gRPC until it is stopped.
 
     Args:
         runtime: The started runtime whose agent it serves.
+        services: Other fronts' services served on the same port.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, services: Sequence[GrpcService] = ()) -> None:
         self._runtime = runtime
+        self._services = tuple(services)
+        self._names = ("", SERVICE_NAME, *(s.service_name for s in self._services))
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -90,10 +109,12 @@ class GrpcFront:
             authenticator=lambda: runtime.snapshot.authenticator,
         )
         add_to_server(servicer, server)
+        for service in self._services:
+            service.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if config.reflection:
-            enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
-        for name in ("", SERVICE_NAME):
+            enable_reflection(server, (*self._names[1:], health.SERVICE_NAME))
+        for name in self._names:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         addresses = [f"{config.host}:{config.port}"]
         if config.unix_socket is not None:
@@ -137,7 +158,7 @@ class GrpcFront:
         # Background runs start (and those a stopped process left are taken up) once the
         # tools are known, here where their events' stored form is.
         await self._runtime.agent.runs.serve(GrpcRunCodec())
-        for name in ("", SERVICE_NAME):
+        for name in self._names:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace: float) -> None:

@@ -161,12 +161,23 @@ async def serve(
     runtime = Runtime(
         config, api_key=api_key, postgres_dsn=postgres_dsn, redactor=redactor, environ=environ
     )
-    front = GrpcFront(runtime)
     mcp_front = None
+    a2a = None
+    if config.a2a is not None:
+        # Imported only when configured: a sidecar without A2A loads none of its SDK.
+        from sidecar.a2a import A2AFront
+
+        a2a = A2AFront(runtime)
+    serve_grpc = a2a is not None and config.a2a is not None and config.a2a.grpc
+    front = GrpcFront(runtime, services=[a2a] if a2a is not None and serve_grpc else ())
     try:
         await runtime.start()
         port = await front.start()
+        if a2a is not None:
+            await a2a.start(port)
     except BaseException:
+        if front.port:
+            await front.stop(0)
         await runtime.close()
         raise
     if config.mcp.port is not None:
@@ -177,6 +188,8 @@ async def serve(
         try:
             await mcp_front.start()
         except BaseException:
+            if a2a is not None:
+                await a2a.stop()
             await front.stop(0)
             await runtime.close()
             raise
@@ -212,11 +225,18 @@ async def serve(
         print(f"socket on unix:{config.server.unix_socket}", flush=True)
     if mcp_front is not None:
         print(f"mcp on {mcp_front.url}", flush=True)
+    if a2a is not None and a2a.http_port is not None:
+        assert config.a2a is not None and config.a2a.http is not None
+        print(
+            f"a2a http on {config.a2a.http.host or config.server.host}:{a2a.http_port}", flush=True
+        )
     print(f"listening on {config.server.host}:{port}", flush=True)
     await stop.wait()
     if reloader is not None:
         await reloader.close()
     log.info("draining (grace %.1fs)", config.server.grace_period)
+    if a2a is not None:
+        await a2a.stop()
     stops = [front.stop(config.server.grace_period)]
     if mcp_front is not None:
         stops.append(mcp_front.stop())

@@ -43,29 +43,13 @@ def check_exposure(config: SidecarConfig) -> list[str]:
     tokens = [
         p.name for p in config.auth.principals if p.token_sha256 or p.token_env or p.token_file
     ]
-    if not is_loopback(server.host) and server.tls is None and tokens:
-        # Not waivable, server.insecure or not: a bearer token sent in plaintext is a
-        # token given away.
-        raise StartupError(
-            f"server.host {server.host} is not loopback, server.tls is unset and principals "
-            f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their tokens "
-            "would cross the network in plaintext; set server.tls (docs/security.md)"
-        )
-    mcp = config.mcp
-    if mcp.port is not None and not is_loopback(mcp.host):
-        if server.tls is None and tokens:
-            raise StartupError(
-                f"mcp.host {mcp.host} is not loopback, server.tls is unset and principals "
-                "prove who they are with bearer tokens: their tokens would cross the network "
-                "in plaintext; set server.tls (docs/security.md)"
-            )
-        if server.tls is None:
-            problems.append(f"mcp.host {mcp.host} is not loopback and server.tls is unset")
-        if not config.auth.principals:
-            problems.append(
-                f"mcp.host {mcp.host} is not loopback and auth.principals is empty "
-                "(every caller is anonymous)"
-            )
+    # Every listener follows the gRPC port's rules, with the same TLS (server.tls) and the
+    # same principals: the MCP endpoint and the A2A front's HTTP binding.
+    listeners = [("server.host", server.host)]
+    if config.mcp.port is not None:
+        listeners.append(("mcp.host", config.mcp.host))
+    if config.a2a is not None and config.a2a.http is not None:
+        listeners.append(("a2a.http.host", config.a2a.http.host or server.host))
     for mcp_server in config.mcp_servers:
         url = urlsplit(mcp_server.url or "")
         if url.scheme != "http" or is_loopback(url.hostname):
@@ -77,14 +61,24 @@ def check_exposure(config: SidecarConfig) -> list[str]:
                 "is plain http beyond loopback; secrets travel only over https (or loopback)"
             )
         problems.append(f"MCP server {mcp_server.name}: {mcp_server.url} is plain http")
-    if not is_loopback(server.host):
-        if server.tls is None:
-            problems.append(f"server.host {server.host} is not loopback and server.tls is unset")
-        if not config.auth.principals:
-            problems.append(
-                f"server.host {server.host} is not loopback and auth.principals is empty "
-                "(every caller is anonymous)"
+    for key, host in listeners:
+        if not is_loopback(host) and server.tls is None and tokens:
+            # Not waivable, server.insecure or not: a bearer token sent in plaintext is a
+            # token given away.
+            raise StartupError(
+                f"{key} {host} is not loopback, server.tls is unset and principals "
+                f"prove who they are with bearer tokens ({', '.join(tokens[:5])}): their "
+                "tokens would cross the network in plaintext; set server.tls "
+                "(docs/security.md)"
             )
+        if not is_loopback(host):
+            if server.tls is None:
+                problems.append(f"{key} {host} is not loopback and server.tls is unset")
+            if not config.auth.principals:
+                problems.append(
+                    f"{key} {host} is not loopback and auth.principals is empty "
+                    "(every caller is anonymous)"
+                )
     for tool_server in config.tool_servers:
         has_token = tool_server.token_env or tool_server.token_file
         if has_token and tool_server.tls is None and not is_loopback(_host(tool_server.address)):

@@ -1,0 +1,264 @@
+"""The A2A front through a real sidecar, driven by the ``a2a-sdk`` client from PyPI over
+both bindings (gRPC on the sidecar's port, JSON-RPC on its HTTP listener): messages
+blocking and streamed, tasks watched again after a reconnect, cancelled, waiting for an
+approval that a follow-up message answers, push notifications, another principal's
+tasks, and bad input answered with the spec's errors while the sidecar keeps serving."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from a2a.client import A2AClientError
+from a2a.types import a2a_pb2
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+
+from agentsidecar.errors import error_details
+from sidecar.testing import ServerProcess
+from tests.support.a2a import (
+    ALICE,
+    ALICE_SECRET,
+    BOB,
+    a2a_client,
+    collect,
+    public_card,
+    user_message,
+)
+from tests.support.runs import receiver, signed_correctly
+
+BINDINGS = ["GRPC", "JSONRPC"]
+S = a2a_pb2.TaskState
+
+
+@pytest.fixture
+async def card(stack: dict[str, Any]) -> a2a_pb2.AgentCard:
+    side: ServerProcess = stack["sidecar"]
+    return await public_card("http://" + side.announced("a2a http on "))
+
+
+def _final(events: list[a2a_pb2.StreamResponse]) -> a2a_pb2.TaskStatusUpdateEvent:
+    updates = [e.status_update for e in events if e.HasField("status_update")]
+    return updates[-1]
+
+
+def _text(parts: Any) -> str:
+    return "".join(p.text for p in parts)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_blocking_message_answers_with_the_completed_task(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as client:
+        (response,) = await collect(client.send_message(user_message("three slow reads please")))
+        task = response.task
+        assert task.status.state == S.TASK_STATE_COMPLETED
+        assert task.id and task.context_id
+        (answer,) = task.artifacts
+        assert _text(answer.parts).endswith("all three were read")
+        assert task.metadata["tool_calls"] == 3
+        assert task.history[0].parts[0].text == "three slow reads please"
+        # The same context goes on: the session remembers, and the task is found again.
+        again = user_message("two reads", context_id=task.context_id)
+        (second,) = await collect(client.send_message(again))
+        assert second.task.context_id == task.context_id
+        assert second.task.status.state == S.TASK_STATE_COMPLETED
+        found = await client.get_task(a2a_pb2.GetTaskRequest(id=task.id))
+        assert found.status.state == S.TASK_STATE_COMPLETED and found.artifacts == task.artifacts
+        listed = await client.list_tasks(
+            a2a_pb2.ListTasksRequest(context_id=task.context_id, include_artifacts=True)
+        )
+        assert [t.id for t in listed.tasks] == [second.task.id, task.id]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_streamed_message_streams_tool_progress_and_the_answer(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE) as client:
+        events = await collect(client.send_message(user_message("three slow reads please")))
+    assert events[0].HasField("task")
+    task_id = events[0].task.id
+    statuses = [e.status_update for e in events if e.HasField("status_update")]
+    assert {s.task_id for s in statuses} == {task_id}
+    progress = [
+        p.data.struct_value for s in statuses for p in s.status.message.parts if p.HasField("data")
+    ]
+    kinds = [next(iter(d.fields)) for d in progress]
+    assert kinds.count("tool_call") == 3 and kinds.count("tool_result") == 3
+    artifacts = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert artifacts[-1].last_chunk and not artifacts[-1].append
+    assert _text(artifacts[-1].artifact.parts).endswith("all three were read")
+    assert _final(events).status.state == S.TASK_STATE_COMPLETED
+
+
+def _tool_progress(event: a2a_pb2.StreamResponse) -> bool:
+    return any(p.HasField("data") for p in event.status_update.status.message.parts)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_background_task_is_watched_again_after_a_reconnect(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, polling=True, streaming=False) as client:
+        (started,) = await collect(client.send_message(user_message("hang please")))
+    task = started.task
+    assert task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING)
+    request = a2a_pb2.SubscribeToTaskRequest(id=task.id)
+    async with (
+        a2a_client(card, binding, ALICE) as client,
+        a2a_client(card, binding, ALICE) as other,
+    ):
+        # A first watcher leaves after the task as it was then.
+        async with contextlib.aclosing(client.subscribe(request)) as first:
+            assert (await anext(first)).task.id == task.id
+        # A second one gets the task as it is now, then its events to the end.
+        async with contextlib.aclosing(client.subscribe(request)) as second:
+            snapshot = await anext(second)
+            assert snapshot.task.id == task.id
+            assert snapshot.task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING)
+            await other.cancel_task(a2a_pb2.CancelTaskRequest(id=task.id))
+            rest = [event async for event in second]
+        assert _final(rest).status.state == S.TASK_STATE_CANCELED
+        # A finished task has nothing more to watch: GetTask has it.
+        with pytest.raises(UnsupportedOperationError):
+            await collect(client.subscribe(request))
+        done = await client.get_task(a2a_pb2.GetTaskRequest(id=task.id))
+        assert done.status.state == S.TASK_STATE_CANCELED
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_cancel_stops_a_task_and_a_finished_task_is_not_cancelable(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, polling=True, streaming=False) as client:
+        (started,) = await collect(client.send_message(user_message("hang please")))
+        task_id = started.task.id
+    async with a2a_client(card, binding, ALICE) as client:
+        cancelled = await client.cancel_task(a2a_pb2.CancelTaskRequest(id=task_id))
+        assert cancelled.status.state == S.TASK_STATE_CANCELED
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(a2a_pb2.CancelTaskRequest(id=task_id))
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_an_approval_is_input_required_and_a_follow_up_message_answers_it(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as client:
+        (waiting,) = await collect(
+            client.send_message(user_message("Please refund order 20250101"))
+        )
+        task = waiting.task
+        assert task.status.state == S.TASK_STATE_INPUT_REQUIRED
+        (asked,) = [p for p in task.status.message.parts if p.HasField("data")]
+        (call,) = asked.data.struct_value["approval_required"]
+        assert call["tool_name"] == "refund"
+        # A message that neither approves nor denies is refused; the task still waits.
+        vague = user_message("maybe later", task_id=task.id, context_id=task.context_id)
+        with pytest.raises(InvalidParamsError):
+            await collect(client.send_message(vague))
+        answer = user_message("approve", task_id=task.id, context_id=task.context_id)
+        (done,) = await collect(client.send_message(answer))
+        assert done.task.id == task.id
+        assert done.task.status.state == S.TASK_STATE_COMPLETED
+        assert _text(done.task.artifacts[0].parts).endswith("refund handled")
+        # A finished task takes no more messages.
+        with pytest.raises(UnsupportedOperationError):
+            await collect(client.send_message(answer))
+
+
+async def test_a_push_notification_is_delivered_signed_when_the_task_finishes(
+    card: a2a_pb2.AgentCard,
+) -> None:
+    async with receiver() as hook, a2a_client(card, "GRPC", ALICE, streaming=False) as client:
+        request = user_message("two reads")
+        request.configuration.task_push_notification_config.url = hook.url
+        (response,) = await collect(client.send_message(request))
+        task_id = response.task.id
+        (delivery,) = await hook.wait(1)
+        assert signed_correctly(delivery, ALICE_SECRET)
+        # The run's final state, as every completion callback carries it (docs/a2a.md).
+        body = orjson.loads(delivery.body)
+        assert (body["runId"], body["state"]) == (task_id, "RUN_STATE_COMPLETED")
+        configs = await client.list_task_push_notification_configs(
+            a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert [c.url for c in configs.configs] == [hook.url]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_another_principals_task_does_not_exist_for_the_caller(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as alice:
+        (mine,) = await collect(alice.send_message(user_message("two reads")))
+    task = mine.task
+    async with a2a_client(card, binding, BOB, streaming=False) as bob:
+        with pytest.raises(TaskNotFoundError):
+            await bob.get_task(a2a_pb2.GetTaskRequest(id=task.id))
+        with pytest.raises(TaskNotFoundError):
+            await bob.cancel_task(a2a_pb2.CancelTaskRequest(id=task.id))
+        follow = user_message("approve", task_id=task.id)
+        with pytest.raises(TaskNotFoundError):
+            await collect(bob.send_message(follow))
+        # Bob's message in Alice's context is Bob's own context of the same name.
+        (his,) = await collect(
+            bob.send_message(user_message("two reads", context_id=task.context_id))
+        )
+        listed = await bob.list_tasks(a2a_pb2.ListTasksRequest(context_id=task.context_id))
+        assert [t.id for t in listed.tasks] == [his.task.id]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_bad_input_is_answered_with_the_specs_errors_and_the_sidecar_keeps_serving(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as client:
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(a2a_pb2.GetTaskRequest(id="no-such-task"))
+        empty = a2a_pb2.SendMessageRequest(
+            message=a2a_pb2.Message(message_id="m1", role=a2a_pb2.ROLE_USER)
+        )
+        with pytest.raises(InvalidParamsError):
+            await collect(client.send_message(empty))
+        image = user_message("look")
+        image.message.parts.append(a2a_pb2.Part(raw=b"\x89PNG", media_type="image/png"))
+        with pytest.raises(ContentTypeNotSupportedError):
+            await collect(client.send_message(image))
+        unknown = user_message("two reads")
+        unknown.message.metadata["skill"] = "no-such-skill"
+        with pytest.raises(InvalidParamsError):
+            await collect(client.send_message(unknown))
+        bad_context = user_message("two reads", context_id="not a valid id!")
+        with pytest.raises(InvalidParamsError):
+            await collect(client.send_message(bad_context))
+        with pytest.raises(InvalidParamsError):
+            await client.list_tasks(a2a_pb2.ListTasksRequest())
+        (ok,) = await collect(client.send_message(user_message("two reads")))
+        assert ok.task.status.state == S.TASK_STATE_COMPLETED
+
+
+async def test_a_caller_without_credentials_is_refused_on_both_bindings(
+    card: a2a_pb2.AgentCard, stack: dict[str, Any]
+) -> None:
+    async with a2a_client(card, "GRPC", None, streaming=False) as client:
+        with pytest.raises(A2AClientError) as refused:
+            await client.get_task(a2a_pb2.GetTaskRequest(id="x"))
+    cause = refused.value.__cause__
+    assert isinstance(cause, grpc.aio.AioRpcError)
+    details = error_details(cause)
+    assert (details.code, details.reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    async with a2a_client(card, "JSONRPC", "wrong-token", streaming=False) as client:
+        with pytest.raises(A2AClientError) as http:
+            await client.get_task(a2a_pb2.GetTaskRequest(id="x"))
+    assert "401" in str(http.value)

@@ -1,0 +1,81 @@
+"""The A2A JavaScript SDK's client (``@a2a-js/sdk`` from npm, which ``make a2a-tools``
+installs into .tools/a2a; ``make pytest`` does that first) drives a real sidecar over
+JSON-RPC, its default binding: the agent card, a blocking message, a streamed one, a task
+fetched by id and cancelled, another principal's task and bad input answered with the
+spec's errors, a wrong token refused. ``js_client.mjs`` reports what the client saw, one
+JSON line a step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from sidecar.testing import ServerProcess
+from tests.support import ROOT
+from tests.support.a2a import ALICE, BOB
+
+A2A_TOOLS = ROOT / ".tools" / "a2a"
+SDK = A2A_TOOLS / "node_modules" / "@a2a-js" / "sdk"
+SCRIPT = Path(__file__).with_name("js_client.mjs")
+INVALID_PARAMS = -32602
+
+
+def _drive(base: str) -> dict[str, dict[str, Any]]:
+    assert SDK.exists(), "@a2a-js/sdk is missing: run 'make pytest' or 'make a2a-tools'"
+    node = shutil.which("node")
+    assert node is not None, "Node.js is missing (make prereqs)"
+    env = {**os.environ, "A2A_TOOLS": str(A2A_TOOLS), "ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB}
+    done = subprocess.run(
+        [node, str(SCRIPT), base], env=env, capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, f"js_client.mjs failed:\n{done.stdout}\n{done.stderr}"
+    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {step.pop("step"): step for step in steps}
+
+
+def test_the_javascript_sdk_client_drives_the_sidecar_over_json_rpc(
+    stack: dict[str, Any],
+) -> None:
+    side: ServerProcess = stack["sidecar"]
+    seen = _drive("http://" + side.announced("a2a http on "))
+
+    card = seen["card"]
+    assert card["skills"] == ["assistant"]
+    assert "JSONRPC" in card["bindings"] and "GRPC" in card["bindings"]
+    assert set(card["version"]) == {"1.0"}
+
+    blocking = seen["blocking"]
+    assert blocking["state"] == "TASK_STATE_COMPLETED"
+    assert blocking["answer"].endswith("all three were read")
+    assert blocking["toolCalls"] == 3
+    assert blocking["history"] == "three slow reads please"
+
+    streamed = seen["streamed"]
+    assert streamed["first"] == "task" and len(streamed["taskIds"]) == 1
+    assert streamed["progress"].count("tool_call") == 3
+    assert streamed["progress"].count("tool_result") == 3
+    assert streamed["lastChunk"] and streamed["answer"].endswith("all three were read")
+    assert streamed["final"] == "TASK_STATE_COMPLETED"
+
+    cancel = seen["cancel"]
+    assert cancel["started"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    assert cancel["fetched"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    assert cancel["cancelled"] == cancel["after"] == "TASK_STATE_CANCELED"
+    assert cancel["again"]["notCancelable"]
+    assert cancel["again"]["reason"] == "TASK_NOT_CANCELABLE"
+
+    errors = seen["errors"]
+    for name in ("othersGet", "othersCancel", "unknownTask"):
+        assert errors[name]["notFound"], (name, errors[name])
+        assert errors[name]["reason"] == "TASK_NOT_FOUND"
+    for name in ("emptyMessage", "badContext"):
+        assert errors[name]["code"] == INVALID_PARAMS, (name, errors[name])
+        assert errors[name]["reason"] == "INVALID_PARAMS"
+    assert errors["stillServing"] == "TASK_STATE_COMPLETED"
+
+    unauthenticated = seen["unauthenticated"]
+    assert not unauthenticated["a2aError"] and "401" in unauthenticated["message"]
