@@ -295,12 +295,12 @@ async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
     with testing.sidecar(config, tmp_path) as side:
         async with AgentClient(side.address) as client:
 
-            async def run() -> agent_pb2.RunResult:
-                session = await client.create_session()
-                return (await client.run(session.session_id, "hello", timeout=30)).result
+            async def run(session_id: str) -> agent_pb2.RunResult:
+                return (await client.run(session_id, "hello", timeout=30)).result
 
-            await run()
-            results = await asyncio.gather(*(run() for _ in range(BURST)))
+            sessions = [(await client.create_session()).session_id for _ in range(BURST + 1)]
+            await run(sessions[0])
+            results = await asyncio.gather(*(run(s) for s in sessions[1:]))
         metrics = await scrape(side)
     assert [r.stop_reason for r in results] == [agent_pb2.STOP_REASON_ANSWERED] * BURST
     assert "429" not in (await sim(fresh, "GET", "/stats"))["by_status"]
@@ -310,7 +310,9 @@ async def test_a_burst_of_runs_is_paced_with_the_wait_in_their_timelines(
         for stage in r.timeline.stages
         if stage.name == "model_pacing" and stage.kind == agent_pb2.STAGE_KIND_QUEUE
     ]
-    assert len(pacing) >= BURST - LIMIT
+    # The burst leaves at once, but may straddle a window's end: at most two windows'
+    # worth go unpaced.
+    assert len(pacing) >= BURST - 2 * LIMIT
     waits = [stage.duration.ToTimedelta().total_seconds() for stage in pacing]
     assert all(wait > 0 for wait in waits)
     # The provider's wait has a metric of its own, apart from the sidecar's queue stage.
