@@ -5,19 +5,31 @@ example shop tool server and a sidecar in its default configuration (SQLite, the
 transport), its client, and the floor (a hand-written asyncio + aiohttp loop with the same
 tools in-process, on a simulator of its own). Each round runs ``--runs`` turns of the
 workload through the sidecar at concurrency 1 while the floor runs about as long beside
-it, and its ratio is
+it. CPU time, never wall time (each process's own CPU clock, to the nanosecond). Two
+figures come of a round:
 
-    (sidecar CPU + tool server CPU) per run  /  floor CPU per run
+    ratio  = (sidecar + tool server) CPU per run  /  floor CPU per run
+    guard  = (sidecar + tool server) CPU per run  /  (floor + client) CPU per run
 
-CPU time, never wall time (each process's own CPU clock, to the nanosecond). The machine's
-speed drifts from second to second; measured at the same time, the two sides drift
-together (measured one after the other, a round's ratio wandered about twice as far). The
-sidecar's processes share one CPU and the floor's another, so neither pays for the
-other's wake-ups. A process also keeps a bias of its own for its life (memory layout, hash
+The ratio is the product's standing against the floor. The guard is what the budget
+holds: on a virtual machine the CPU cost of gRPC's wake-ups swings by a half from minute
+to minute (its host's other tenants), moving the sidecar, its tool server and its gRPC
+client together while the floor (no gRPC) stays put; the ratio wandered from 4.7x to 6.0x
+between runs of one tree. The client does the same work on every run and pays the same
+swings, so beside the floor it makes a reference that moves as the stack does: the guard
+wandered within ±4%. The client's work is fixed by the turn's messages, which the hot path
+does not change.
+
+The sidecar's processes share one CPU and the floor's another, so neither pays for the
+other's wake-ups; each round's halves swap the CPUs, so a CPU slower than the other costs
+both sides alike. A process also keeps a bias of its own for its life (memory layout, hash
 seeds), so the rounds are spread over ``--instances`` fresh sets of processes.
 
-The guard prints the medians of the rounds and fails (exit 1) when the median ratio is
-above the budget committed in ``bench/guard.json``. The budget only goes down: a change
+The guard prints the medians of the rounds and fails (exit 1) when the median guard figure
+is above the budget committed in ``bench/guard.json``. A measure over the budget is taken
+again and the rounds of both are judged together (``--attempts``): the state of a minute
+moves a whole measure, so one unlucky minute is not a verdict, while a slower hot path is
+over in both. The budget only goes down: a change
 that speeds the hot path lowers it in the same commit. ``--handicap MS`` makes this tree's
 sidecar burn MS more CPU per turn (:mod:`bench.handicap`), to show the guard fails.
 
@@ -36,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +122,39 @@ def _beside_floor(
     finally:
         beside.join()
     figures["floor_ms"] = floor[0]
-    figures["ratio"] = (figures["sidecar_ms"] + figures["tools_ms"]) / floor[0]
     return figures
+
+
+def _swapped_halves(
+    stack: _Stack,
+    workers: dict[str, processes.Worker],
+    floor_url: str,
+    runs: int,
+    placements: list[tuple[list[int], list[int]]],
+) -> dict[str, float]:
+    """A round in two halves, the stack and the floor trading CPUs between them. On a
+    virtual machine one CPU can run slower than the other for minutes (its host's other
+    tenants); a CPU slower by s makes one half's stack s times dearer and the other half's
+    floor, so the sums' ratio is free of it."""
+    halves = []
+    for stack_pids, floor_pids in placements:
+        _place(stack_pids, floor_pids)
+        halves.append(_beside_floor(stack, workers, floor_url, runs // len(placements)))
+    figures = {key: statistics.fmean(h[key] for h in halves) for key in halves[0]}
+    ours = figures["sidecar_ms"] + figures["tools_ms"]
+    figures["ratio"] = ours / figures["floor_ms"]
+    figures["guard"] = ours / (figures["floor_ms"] + figures["client_ms"])
+    return figures
+
+
+def _place(on_first: list[int], on_second: list[int]) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return
+    for pid in on_first:
+        _pin(pid, cpus[0])
+    for pid in on_second:
+        _pin(pid, cpus[1])
 
 
 def run(
@@ -152,16 +196,13 @@ def _instance(
             stacks[f"{name}_"] = _Stack(sim, Path(tmp), tree)
         workers = {name: processes.Worker(name) for name in ("sidecar", "floor")}
         floor_url = f"http://{floor_sim.address}/openai/v1"
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) >= 2:
-            # The stack on one CPU, the floor on another: each pipeline's processes take
-            # turns (concurrency 1), and neither pays for the other's cache or wake-ups.
-            pids = [sim.pid, workers["sidecar"].popen.pid]
-            pids += [p.pid for stack in stacks.values() for p in (stack.sidecar, stack.tools)]
-            for pid in pids:
-                _pin(pid, cpus[0])
-            for pid in (floor_sim.pid, workers["floor"].popen.pid):
-                _pin(pid, cpus[1])
+        # The stack on one CPU, the floor on the other: each pipeline's processes take turns
+        # (concurrency 1), and neither pays for the other's cache or wake-ups.
+        stack_pids = [sim.pid, workers["sidecar"].popen.pid]
+        stack_pids += [p.pid for stack in stacks.values() for p in (stack.sidecar, stack.tools)]
+        floor_pids = [floor_sim.pid, workers["floor"].popen.pid]
+        placements = [(stack_pids, floor_pids), (floor_pids, stack_pids)]
+        _place(stack_pids, floor_pids)
         try:
             for stack in stacks.values():  # connections, caches, first-call costs
                 _sidecar_round(stack, workers["sidecar"], warmup)
@@ -173,7 +214,7 @@ def _instance(
                 if number % 2:
                     order.reverse()  # neither stack always runs first
                 for prefix, stack in order:
-                    measured = _beside_floor(stack, workers, floor_url, runs)
+                    measured = _swapped_halves(stack, workers, floor_url, runs, placements)
                     figures.update({prefix + k: v for k, v in measured.items()})
                 found.append(figures)
                 if verbose:
@@ -193,7 +234,8 @@ def _round_line(
 ) -> str:
     line = ", ".join(
         f"{label}{figures[p + 'sidecar_ms']:.2f} + {figures[p + 'tools_ms']:.2f} ms "
-        f"= {figures[p + 'ratio']:.2f}x the floor's {figures[p + 'floor_ms']:.3f}"
+        f"= {figures[p + 'ratio']:.2f}x the floor's {figures[p + 'floor_ms']:.3f}, "
+        f"guard {figures[p + 'guard']:.3f}"
         for p, label in ((p, f"{p[:-1]} " if p else "") for p in stacks)
     )
     return f"round {number + 1:3d}/{rounds}: {line}"
@@ -204,12 +246,38 @@ def summary(found: list[dict[str, float]]) -> dict[str, Any]:
     return {key: statistics.median(f[key] for f in found) for key in found[0]}
 
 
+def _report(
+    found: list[dict[str, float]],
+    medians: dict[str, Any],
+    budget: float,
+    baselines: Sequence[Path],
+    took: float,
+) -> None:
+    guards = [f["guard"] for f in found]
+    print(
+        f"median of {len(found)} rounds: sidecar {medians['sidecar_ms']:.3f} + tools "
+        f"{medians['tools_ms']:.3f} ms per run; the floor {medians['floor_ms']:.3f} ms "
+        f"({medians['ratio']:.2f}x), the client {medians['client_ms']:.3f} ms; guard "
+        f"{medians['guard']:.3f} (rounds from {min(guards):.2f} to {max(guards):.2f}); "
+        f"budget {budget:.3f}; {took:.0f} s"
+    )
+    for tree in baselines:
+        p = f"{tree.name}_"
+        print(
+            f"{tree.name}: sidecar {medians[p + 'sidecar_ms']:.3f} + tools "
+            f"{medians[p + 'tools_ms']:.3f} ms per run: {medians[p + 'ratio']:.2f}x the floor, "
+            f"guard {medians[p + 'guard']:.3f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=101, help="rounds (odd)")
     parser.add_argument("--runs", type=int, default=50, help="sidecar turns per round")
     parser.add_argument("--warmup", type=int, default=200, help="turns before measuring")
-    parser.add_argument("--budget", type=float, help="fail above this ratio (default: guard.json)")
+    parser.add_argument(
+        "--budget", type=float, help="fail above this guard figure (default: guard.json)"
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -226,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MS",
         help="make this tree's sidecar burn MS more CPU per turn (proves the guard fails)",
     )
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=2,
+        help="measures at most: one over the budget is measured again, all rounds judged",
+    )
     parser.add_argument("--verbose", action="store_true", help="print every round")
     parser.add_argument("--json", help="write the rounds and their medians here")
     args = parser.parse_args(argv)
@@ -233,35 +307,31 @@ def main(argv: list[str] | None = None) -> int:
         args.budget if args.budget is not None else json.loads(BUDGET_FILE.read_text())["budget"]
     )
     started = time.perf_counter()
-    found = run(
-        args.rounds,
-        args.runs,
-        args.warmup,
-        baselines={tree.name: tree for tree in args.baseline or ()},
-        instances=args.instances,
-        verbose=args.verbose,
-        handicap_ms=args.handicap,
-    )
-    medians = summary(found)
-    ratios = [f["ratio"] for f in found]
-    print(
-        f"median: sidecar {medians['sidecar_ms']:.3f} + tools {medians['tools_ms']:.3f} ms per "
-        f"run against the floor's {medians['floor_ms']:.3f} ms: {medians['ratio']:.2f}x "
-        f"(rounds from {min(ratios):.2f} to {max(ratios):.2f}); budget {budget:.2f}x; "
-        f"{time.perf_counter() - started:.0f} s"
-    )
-    for tree in args.baseline or ():
-        p = f"{tree.name}_"
-        print(
-            f"{tree.name}: sidecar {medians[p + 'sidecar_ms']:.3f} + tools "
-            f"{medians[p + 'tools_ms']:.3f} ms per run: {medians[p + 'ratio']:.2f}x"
+    found: list[dict[str, float]] = []
+    for attempt in range(args.attempts):
+        found += run(
+            args.rounds,
+            args.runs,
+            args.warmup,
+            baselines={tree.name: tree for tree in args.baseline or ()},
+            instances=args.instances,
+            verbose=args.verbose,
+            handicap_ms=args.handicap,
         )
+        medians = summary(found)
+        _report(found, medians, budget, args.baseline or (), time.perf_counter() - started)
+        if medians["guard"] <= budget:
+            break
+        if attempt + 1 < args.attempts:
+            # The machine's state of a minute moves a whole measure (see above): one over
+            # the budget is measured again, and the rounds of both are judged together.
+            print("bench-guard: over the budget; measuring again, judging all the rounds")
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": found, "medians": medians}, indent=1))
-    if medians["ratio"] > budget:
+    if medians["guard"] > budget:
         print(
-            f"bench-guard: CPU per run is {medians['ratio']:.2f}x the floor's, over the budget of "
-            f"{budget:.2f}x: a change made the hot path slower (profile it: docs/benchmarks.md)",
+            f"bench-guard: {medians['guard']:.3f}, over the budget of {budget:.3f}: a change "
+            "made the hot path slower (profile it: docs/benchmarks.md)",
             file=sys.stderr,
         )
         return 1
