@@ -1,8 +1,8 @@
 """An MCP server of our own whose tools misbehave on request: the bridge's edge cases.
 
 Stdio by default (the bridge starts it); ``--http`` serves Streamable HTTP on 127.0.0.1
-and prints ``listening on HOST:PORT``. Both revisions (2026-07-28 and the 2025
-handshake), whichever the client speaks. Tools:
+(HTTPS with ``--tls-cert`` and ``--tls-key``) and prints ``listening on HOST:PORT``. Both
+revisions (2026-07-28 and the 2025 handshake), whichever the client speaks. Tools:
 
 - ``echo`` (read-only, idempotent): the text back.
 - ``slow``: sleeps ``ms`` in ``steps`` steps, reporting progress after each.
@@ -235,13 +235,15 @@ async def _stdio(server: Server[Any]) -> None:
         await server.run(read, write, options)
 
 
-async def _http(server: Server[Any]) -> None:
+async def _http(server: Server[Any], cert: str | None, key: str | None) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host="127.0.0.1")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", ssl_certfile=cert, ssl_keyfile=key
+    )
     http = uvicorn.Server(config)
     print(f"listening on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
     await http.serve(sockets=[sock])
@@ -254,10 +256,15 @@ def main() -> None:
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--many", type=int, default=0)
     parser.add_argument("--page-size", type=int, default=0)
+    parser.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (--http)")
+    parser.add_argument("--tls-key", help="the certificate's PEM private key")
     args = parser.parse_args()
     _WIRE[0] = os.dup(1)
     server, _bus = build(args)
-    asyncio.run(_http(server) if args.http else _stdio(server))
+    if args.http:
+        asyncio.run(_http(server, args.tls_cert, args.tls_key))
+    else:
+        asyncio.run(_stdio(server))
 
 
 if __name__ == "__main__":
