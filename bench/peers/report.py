@@ -299,6 +299,13 @@ MICRO = {
         "recording every turn (record: 1): the price of one recorded run, and of a share "
         "(docs/replay.md#what-recording-costs).",
     ),
+    "mcp": (
+        "MCP both ways",
+        "make bench-mcp",
+        "a tool call through the MCP bridge in the sidecar, through a bridge process, and "
+        "served natively; an MCP host's call through the sidecar against calling the tool "
+        "directly (docs/mcp.md).",
+    ),
     "a2a": (
         "A turn through A2A",
         "make bench-a2a",
@@ -477,7 +484,10 @@ def write(
     for name, text in (micro or {}).items():
         title, command, what = MICRO[name]
         source = f"From the last run of `{command}` (`make bench` runs it first): {what}"
-        out += ["", f"## {title}", "", source, "", text.strip()]
+        body = text.strip()
+        if body.startswith("# "):  # the file's own title: the section has one
+            body = body.split("\n", 1)[1].strip() if "\n" in body else ""
+        out += ["", f"## {title}", "", source, "", body]
     out += [
         "",
         f"Sidecar peak RSS during the run: {results.get('sidecar_peak_rss_mib', 0):.0f} MiB.",
