@@ -1269,6 +1269,35 @@ class AuthConfig(_Strict):
         return principals
 
 
+class McpTasksConfig(_Strict):
+    """Tasks of the MCP endpoint (the tasks extension of 2026-07-28): which tools a host
+    that declares it gets as tasks, and how long they are kept (``docs/mcp.md``)."""
+
+    tools: dict[str, Literal["optional", "required"]] = Field(default_factory=dict)
+    """Tools, by the names the endpoint lists, that run as tasks for a host declaring the
+    extension: ``optional`` ones run synchronously for other hosts, ``required`` ones are
+    refused to them (``-32021``)."""
+    timeout: float = Field(3600.0, gt=0)
+    """Seconds a task's call may take (``mcp.call_timeout`` is for calls answered at
+    once); approvals and questions included."""
+    ttl: float = Field(3600.0, gt=0)
+    """Seconds a task is kept from its creation (its ``ttlMs``); then it is forgotten, and
+    cancelled if it still runs. At least ``timeout``."""
+    poll_interval: float = Field(0.5, gt=0, le=60)
+    """Seconds between polls suggested to hosts (``pollIntervalMs``)."""
+    max_per_principal: int = Field(64, ge=1)
+    """Tasks one principal may hold at once; past it a call runs synchronously, or is
+    refused if its tool requires a task."""
+    max_tasks: int = Field(4096, ge=1)
+    """Tasks the process holds at once."""
+
+    @model_validator(mode="after")
+    def _kept_while_running(self) -> McpTasksConfig:
+        if self.ttl < self.timeout:
+            raise ValueError("ttl must be at least timeout: a task is kept while it may run")
+        return self
+
+
 class McpEndpointConfig(_Strict):
     """The sidecar as an MCP server: the tools a profile allows, for MCP hosts, over
     Streamable HTTP (both revisions) and ``agent-sidecar mcp-stdio``. Its callers are the
@@ -1294,6 +1323,13 @@ class McpEndpointConfig(_Strict):
     agent_tool: bool = False
     """Also offer ``agent``: a tool that runs one turn of the profile on a session of the
     caller's (the whole loop, its model calls and tools), for hosts that delegate a task."""
+    tasks: McpTasksConfig = McpTasksConfig()
+    """Tools run as tasks for hosts that declare MCP's tasks extension (2026-07-28)."""
+    request_state_key_env: str | None = Field(None, pattern=_ENV_NAME)
+    """Environment variable holding the secret (32 bytes or more) that seals the
+    ``requestState`` of a multi-round call (an approval, a bridged server's questions) on
+    2026-07-28; replicas behind one address share it. Unset: a key made at start, so a
+    host's next round must reach the same process."""
 
     @field_validator("allowed_origins")
     @classmethod

@@ -32,7 +32,8 @@ from sidecar.config import (
     load_config,
     parse_config,
 )
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, StartupError
+from sidecar.mcp_server.handlers import state_key
 from sidecar.tools.connection import ToolServerConnection
 from tests.support import ROOT
 
@@ -345,3 +346,23 @@ def test_recording_shadows_and_judges_are_refused_without_what_they_need(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_config(config)
+
+
+def test_mcp_tasks_are_kept_while_they_may_run_and_the_state_key_must_be_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigError) as short_ttl:
+        parse_config({"mcp": {"tasks": {"timeout": 100, "ttl": 10}}})
+    with pytest.raises(ConfigError) as support:
+        parse_config({"mcp": {"tasks": {"tools": {"slow": "sometimes"}}}})
+    assert "mcp.tasks" in str(short_ttl.value) and "mcp.tasks.tools" in str(support.value)
+    config = parse_config({"mcp": {"request_state_key_env": "SIDECAR_TEST_STATE_KEY"}}).mcp
+    assert state_key(parse_config({}).mcp) is None  # none configured: one made at start
+    monkeypatch.delenv("SIDECAR_TEST_STATE_KEY", raising=False)
+    with pytest.raises(StartupError, match="SIDECAR_TEST_STATE_KEY"):
+        state_key(config)
+    monkeypatch.setenv("SIDECAR_TEST_STATE_KEY", "too short")
+    with pytest.raises(StartupError, match="32 bytes"):
+        state_key(config)
+    monkeypatch.setenv("SIDECAR_TEST_STATE_KEY", "k" * 40)
+    assert state_key(config) == b"k" * 40

@@ -24,6 +24,7 @@ from sidecar.security.audit import AuditLog
 from sidecar.security.identity import Principal
 from sidecar.tools.catalog import CatalogTool
 from sidecar.tools.dispatch import StepScope
+from sidecar.tools.link import InputRelay
 from sidecar.types import (
     BudgetOverrun,
     Clock,
@@ -48,6 +49,8 @@ class CallerChannel:
     """Asks the caller a running tool's question; None: declined."""
     progress: Callable[[float, float | None, str], None] | None = None
     """Told the call's progress reports (it must not block)."""
+    relay: InputRelay | None = None
+    """A 2026-07-28 MCP host's round for a bridged server of the same revision."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,7 @@ class DirectCalls:
             metadata=list(metadata),
             identity=snapshot.tool_identity.for_run(principal, "", run_id, {}),
             on_finished=self._audited(principal, run_id) if self._audit.enabled else None,
+            relay=channel.relay,
         )
         [outcome] = await self._loop.call_tools(scope, [call])
         return outcome

@@ -27,7 +27,7 @@ from agentsidecar.addresses import is_loopback
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError
 from sidecar.mcp_server.guard import PRINCIPAL, Guard
-from sidecar.mcp_server.handlers import build_server
+from sidecar.mcp_server.handlers import build_server, state_key, task_board
 from sidecar.security.identity import ANONYMOUS, Principal
 from sidecar.telemetry import own_version
 
@@ -63,6 +63,7 @@ class McpFront:
         self._runtime = runtime
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._tasks = task_board(runtime.config.mcp)
         self.port = 0
 
     @property
@@ -81,7 +82,14 @@ class McpFront:
         config = runtime.config
         mcp = config.mcp
         assert mcp.port is not None
-        server = build_server(runtime.agent, mcp, _principal_of, own_version())
+        server = build_server(
+            runtime.agent,
+            mcp,
+            _principal_of,
+            own_version(),
+            state_key=state_key(mcp),
+            tasks=self._tasks,
+        )
         app = server.streamable_http_app(
             streamable_http_path=mcp.path,
             max_request_body_size=mcp.max_body_bytes,
@@ -140,3 +148,4 @@ class McpFront:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self._tasks.close()

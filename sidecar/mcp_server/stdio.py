@@ -15,7 +15,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from sidecar.agent.runtime import Runtime
-from sidecar.mcp_server.handlers import build_server
+from sidecar.mcp_server.handlers import build_server, state_key, task_board
 from sidecar.security.identity import Principal
 from sidecar.telemetry import own_version
 
@@ -28,7 +28,19 @@ async def serve_stdio(runtime: Runtime, principal: Principal) -> None:
     def principal_of(ctx: Any) -> Principal:
         return principal
 
-    server = build_server(runtime.agent, runtime.config.mcp, principal_of, own_version())
+    config = runtime.config.mcp
+    tasks = task_board(config)
+    server = build_server(
+        runtime.agent,
+        config,
+        principal_of,
+        own_version(),
+        state_key=state_key(config),
+        tasks=tasks,
+    )
     options = server.create_initialization_options(NotificationOptions())
-    async with stdio_server() as (read, write):
-        await server.run(read, write, options)
+    try:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, options)
+    finally:
+        await tasks.close()

@@ -41,7 +41,7 @@ from sidecar.context.trim import ResultTrimmer
 from sidecar.errors import ArgumentsInvalid, BreakerOpenError
 from sidecar.tools.catalog import CatalogTool, ToolCatalog, allows
 from sidecar.tools.hedging import race
-from sidecar.tools.link import CallHooks, ToolLink
+from sidecar.tools.link import CallHooks, InputRelay, ToolLink
 from sidecar.tools.result_cache import ResultCache
 from sidecar.types import (
     Clock,
@@ -124,6 +124,8 @@ class StepScope:
     share its calls (``tool_servers[].version_of``); a server not named keeps its calls."""
     answer: ToolAnswerer | None = None
     """Answers calls before they reach approval, the cache or a server; None: none is."""
+    relay: InputRelay | None = None
+    """A 2026-07-28 MCP host's round, passed to the (single) call of a direct call."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -628,6 +630,7 @@ def _hooks(scope: StepScope, call: ToolCall) -> CallHooks:
     return CallHooks(
         progress=progress if sink is not None else None,
         ask=ask if asker is not None else None,
+        relay=scope.relay,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.config import RetryPolicy
@@ -25,7 +25,7 @@ from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.hedging import Hedging
 from sidecar.types import Decision, ToolQuestion
 
-__all__ = ["CallHooks", "LinkPolicy", "ToolLink"]
+__all__ = ["CallHooks", "InputRelay", "LinkPolicy", "ToolLink"]
 
 
 class LinkPolicy(Protocol):
@@ -41,6 +41,21 @@ class LinkPolicy(Protocol):
     def discovery_timeout(self) -> float: ...
 
 
+@dataclass(slots=True, eq=False)
+class InputRelay:
+    """One round of a host's multi-round call (MCP 2026-07-28), relayed to a bridged MCP
+    server that speaks the same revision: the host's answers and the server's state go in
+    as they came, and the server's next questions come out, for the host to answer."""
+
+    responses: dict[str, Any] | None = None
+    """The host's ``inputResponses`` meant for the server."""
+    state: str | None = None
+    """The server's ``requestState`` of the round before."""
+    required: Any = None
+    """Set by the link: the server's ``InputRequiredResult`` when it asked again (the
+    call's result is then empty)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallHooks:
     """What one call may tell its caller while it runs, and ask of it."""
@@ -49,6 +64,8 @@ class CallHooks:
     """Told each progress report: progress, total (None: unknown), message."""
     ask: Callable[[ToolQuestion], Awaitable[Decision]] | None = None
     """Asks the caller a question; None: nobody can answer (declined)."""
+    relay: InputRelay | None = None
+    """The host's round, when a 2026-07-28 MCP host called through the endpoint."""
 
 
 class ToolLink(Protocol):

@@ -4,6 +4,7 @@ against a real sidecar with a gRPC tool server and a bridged MCP server behind i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -42,7 +43,11 @@ def _config(sim: ServerProcess, orders: ServerProcess, audit: Path) -> dict[str,
             edge("guarded", approval="always", allow_tools=["mixed"]),
         ],
         profiles={"default": {}, "other": {"tools": ["echo"]}},
-        mcp={"port": 0, "agent_tool": True},
+        mcp={
+            "port": 0,
+            "agent_tool": True,
+            "tasks": {"tools": {"slow": "optional", "ask": "optional"}, "poll_interval": 0.05},
+        },
         auth={
             "principals": [
                 {"name": "alice", "token_sha256": _sha(ALICE), "profiles": ["default"]},
@@ -171,6 +176,146 @@ async def test_a_bridged_tools_question_reaches_the_host_on_the_2025_revisions(
     async with _client(url, "legacy", elicitation_callback=elicit) as client:
         result = await client.call_tool("ask", {})
     assert result.content[0].text == "hello Host"
+
+
+async def test_a_bridged_servers_question_is_relayed_to_a_2026_host(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Host"})
+
+    async with _client(url, elicitation_callback=elicit) as client:
+        result = await client.call_tool("ask", {})
+        assert client.protocol_version == "2026-07-28"
+    assert asked == ["What is your name?"]
+    assert result.content[0].text == "hello Host"
+
+
+async def test_a_relayed_round_is_sealed_to_its_call_its_arguments_and_its_principal(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    answer = {"name": types.ElicitResult(action="accept", content={"name": "Eve"})}
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:  # declared, never called
+        return types.ElicitResult(action="decline")
+
+    async with _client(url) as client:
+        with pytest.raises(MCPError) as undeclared:  # a host that cannot answer is not asked
+            await client.session.call_tool("ask", {}, allow_input_required=True)
+    assert undeclared.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+    async with _client(url, elicitation_callback=elicit) as client:
+        first = await client.session.call_tool("ask", {}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        state = first.request_state
+        assert state and "name" not in state  # sealed: opaque to the host
+        refused = []
+        for arguments, sent in (({}, state[:-4] + "AAAA"), ({"x": 1}, state)):
+            with pytest.raises(MCPError) as error:
+                await client.session.call_tool(
+                    "ask", arguments, input_responses=answer, request_state=sent
+                )
+            refused.append(error.value)
+        done = await client.session.call_tool(
+            "ask", {}, input_responses=answer, request_state=state
+        )
+    async with _client(url, token=BOB, elicitation_callback=elicit) as client:
+        with pytest.raises(MCPError) as foreign:
+            await client.session.call_tool("ask", {}, input_responses=answer, request_state=state)
+    assert all(e.code == types.INVALID_PARAMS for e in [*refused, foreign.value])
+    assert all("requestState" in e.message for e in [*refused, foreign.value])
+    assert done.content[0].text == "hello Eve"
+
+
+async def _rpc(url: str, token: str, method: str, params: dict[str, Any], name: str) -> Any:
+    """One 2026-07-28 request, as a host that declares the tasks extension sends it."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+        "Accept": "application/json, text/event-stream",
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        response = await http.post(url, json=body, headers=headers)
+    text = response.text
+    if "data:" in text:
+        text = [line[5:] for line in text.splitlines() if line.startswith("data:")][-1]
+    answer = json.loads(text)
+    if "error" in answer:
+        raise MCPError(answer["error"]["code"], answer["error"]["message"])
+    return answer["result"]
+
+
+async def _task(url: str, token: str, task_id: str, until: set[str]) -> dict[str, Any]:
+    async with asyncio.timeout(20):
+        while True:
+            task = await _rpc(url, token, "tasks/get", {"taskId": task_id}, task_id)
+            if task["status"] in until:
+                return task  # type: ignore[no-any-return]
+            await asyncio.sleep(0.05)
+
+
+async def test_a_2026_host_runs_a_tool_as_a_task_that_only_it_can_see(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    call = {"name": "slow", "arguments": {"ms": 200, "steps": 1}}
+    created = await _rpc(url, ALICE, "tools/call", call, "slow")
+    task_id = created["taskId"]
+    assert created["resultType"] == "task" and created["status"] == "working"
+    with pytest.raises(MCPError) as foreign:
+        await _rpc(url, BOB, "tasks/get", {"taskId": task_id}, task_id)
+    with pytest.raises(MCPError) as foreign_cancel:
+        await _rpc(url, BOB, "tasks/cancel", {"taskId": task_id}, task_id)
+    done = await _task(url, ALICE, task_id, {"completed", "failed", "cancelled"})
+    assert foreign.value.code == foreign_cancel.value.code == types.INVALID_PARAMS
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "slept"
+    # Without the extension the same tool answers at once.
+    async with _client(url) as client:
+        plain = await client.call_tool("slow", {"ms": 10, "steps": 1})
+    assert plain.content[0].text == "slept"
+
+
+async def test_a_tasks_question_is_answered_with_tasks_update_and_a_cancel_withdraws_it(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, _, _ = stack
+    created = await _rpc(url, ALICE, "tools/call", {"name": "ask", "arguments": {}}, "ask")
+    task_id = created["taskId"]
+    waiting = await _task(url, ALICE, task_id, {"input_required"})
+    [(key, request)] = waiting["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "What is your name?"
+    reply = {"action": "accept", "content": {"name": "Tess"}}
+    update = {"taskId": task_id, "inputResponses": {key: reply, "unknown": reply}}
+    await _rpc(url, ALICE, "tasks/update", update, task_id)
+    done = await _task(url, ALICE, task_id, {"completed", "failed", "cancelled"})
+    assert done["result"]["content"][0]["text"] == "hello Tess"
+    # Cancelled while it waits for an answer: the task ends cancelled and the server that
+    # asked serves the next call.
+    created = await _rpc(url, ALICE, "tools/call", {"name": "ask", "arguments": {}}, "ask")
+    task_id = created["taskId"]
+    await _task(url, ALICE, task_id, {"input_required"})
+    await _rpc(url, ALICE, "tasks/cancel", {"taskId": task_id}, task_id)
+    cancelled = await _task(url, ALICE, task_id, {"completed", "failed", "cancelled"})
+    async with _client(url) as client:
+        echoed = await client.call_tool("echo", {"text": "after"})
+    assert cancelled["status"] == "cancelled"
+    assert echoed.content[0].text == "echo: after"
 
 
 async def test_the_agent_tool_runs_a_turn_and_continues_its_session(

@@ -33,6 +33,9 @@ INSPECTOR = (
 )
 """The MCP Inspector's launcher (``--cli`` runs its CLI)."""
 CONFORMANCE = MCP_TOOLS / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+"""The conformance suite's 0.1 release: the 2025 revisions."""
+CONFORMANCE_2026 = MCP_TOOLS / "conformance-2026" / "dist" / "index.js"
+"""Its 0.2 line: 2026-07-28 and the tasks extension."""
 
 
 def venv_script(name: str) -> str:

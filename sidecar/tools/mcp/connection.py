@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import random
 import time
@@ -46,6 +45,7 @@ import grpc
 import mcp_types as types
 import orjson
 from mcp import Client
+from mcp.client.extension import ClaimContext
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
@@ -67,10 +67,18 @@ from sidecar.schemas import compile_schema_safely
 from sidecar.tools.breaker import CircuitBreaker
 from sidecar.tools.call_stream import StreamedCallError
 from sidecar.tools.hedging import Hedging
-from sidecar.tools.link import CallHooks
+from sidecar.tools.link import CallHooks, InputRelay
 from sidecar.tools.mcp.descriptors import ToolList, tool_list
 from sidecar.tools.mcp.render import render
-from sidecar.tools.mcp.tasks import TaskCancelled, call_as_task
+from sidecar.tools.mcp.tasks import (
+    ASK,
+    PROGRESS,
+    CreatedTask,
+    TaskCancelled,
+    TasksExtension,
+    call_as_task,
+    follow_task,
+)
 from sidecar.tools.mcp.transport import (
     RESULT_TOO_LARGE,
     ServerExited,
@@ -100,11 +108,10 @@ _PROGRESS_RATE = 10.0  # ... and per second after that
 _MAX_ERROR_TEXT = 1000  # characters of a server's error message passed on
 _CLIENT_INFO = types.Implementation(name="agent-sidecar", version="0.1.0")
 
-_ASK: contextvars.ContextVar[Callable[[ToolQuestion], Awaitable[Any]] | None] = (
-    contextvars.ContextVar("mcp_ask", default=None)
-)
-"""The running call's way to ask its caller (a 2026-07-28 elicitation arrives in the
-call's own task)."""
+_ASK = ASK
+"""The running call's way to ask its caller (a 2026-07-28 elicitation, or a task's
+question, arrives in the call's own task)."""
+_MODERN = "2026-07-28"
 
 DiscoveryListener = Callable[[str, tool_pb2.ListToolsResponse, Mapping[str, RetryPolicy]], Any]
 StateListener = Callable[[str, BreakerState, BreakerState], None]
@@ -238,13 +245,22 @@ class McpServerConnection:
         if ask is not None:
             self._asking[number] = ask
         token = _ASK.set(ask)
+        progress_token = PROGRESS.set(progress)
+        relay = hooks.relay if hooks is not None else None
         try:
             meta = cast(
                 types.RequestParamsMeta | None,
                 self._meta(metadata) if self.config.identity else _trace(metadata),
             )
             async with asyncio.timeout(timeout):
-                if request.tool_name in self._tasks:
+                if relay is not None and client.protocol_version == _MODERN:
+                    relayed = await self._relayed(
+                        client, request.tool_name, arguments, meta, relay, progress
+                    )
+                    if relayed is None:  # the server asked again: the host answers next round
+                        return tool_pb2.ToolResult(call_id=request.call_id, output="")
+                    result = relayed
+                elif request.tool_name in self._tasks:
                     result = await call_as_task(
                         client,
                         request.tool_name,
@@ -300,6 +316,7 @@ class McpServerConnection:
             ) from None
         finally:
             _ASK.reset(token)
+            PROGRESS.reset(progress_token)
             self._asking.pop(number, None)
         try:
             is_error, text = render(result)
@@ -321,6 +338,41 @@ class McpServerConnection:
                 ),
             )
         return tool_pb2.ToolResult(call_id=request.call_id, output=text)
+
+    async def _relayed(
+        self,
+        client: Client,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Any,
+        relay: InputRelay,
+        progress: ProgressFnT | None,
+    ) -> types.CallToolResult | None:
+        """One round of a host's multi-round call, passed through: the host's answers and
+        the server's state in; None when the server asks again (``relay.required``)."""
+        result = await client.session.call_tool(
+            name,
+            arguments,
+            progress_callback=progress,
+            meta=meta,
+            input_responses=cast(types.InputResponses | None, relay.responses),
+            request_state=relay.state,
+            allow_input_required=True,
+            allow_claimed=True,
+        )
+        if isinstance(result, types.InputRequiredResult):
+            relay.required = result
+            return None
+        if isinstance(result, CreatedTask):
+            context = ClaimContext(
+                session=client.session, tool_name=name, read_timeout_seconds=None
+            )
+            result = await follow_task(result, context)
+        if not isinstance(result, types.CallToolResult):
+            raise RuntimeError(f"the server answered with {type(result).__name__}")
+        if not result.is_error:
+            await client.session.validate_tool_result(name, result)
+        return result
 
     def _meta(self, metadata: Sequence[tuple[str, str | bytes]]) -> dict[str, Any] | None:
         """Who the call serves, and its trace context, as ``_meta`` entries."""
@@ -358,7 +410,19 @@ class McpServerConnection:
         except ValueError:  # a schema no answer could be checked against: never asked
             log.info("MCP server %s asked with an unusable schema; declined", self.name)
             return types.ElicitResult(action="decline")
-        decision = await ask(ToolQuestion(params.message[: _MAX_ERROR_TEXT * 4], schema))
+        try:
+            decision = await ask(ToolQuestion(params.message[: _MAX_ERROR_TEXT * 4], schema))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the SDK cancels its own request: it ends as the SDK means
+            # The call that asked ended (its caller gone, its run or task cancelled): the
+            # question is withdrawn. Raised out of this callback, the cancellation would
+            # end the server's connection, and every other call on it.
+            return types.ElicitResult(action="cancel")
+        except Exception:
+            log.warning("MCP server %s: asking the caller failed", self.name, exc_info=True)
+            return types.ElicitResult(action="decline")
         if not decision.approved:
             return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept", content=decision.answer or {})
@@ -403,6 +467,7 @@ class McpServerConnection:
                     transport,
                     mode=config.protocol,
                     elicitation_callback=self._elicit,
+                    extensions=[TasksExtension()],
                     message_handler=self._notified,
                     client_info=_CLIENT_INFO,
                     cache=None,

@@ -185,6 +185,28 @@ async def test_a_servers_question_is_asked_through_the_approval_flow_and_answere
     assert refused["ask"].content == "no answer" and len(asked) == 1
 
 
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_a_caller_that_leaves_while_a_server_asks_leaves_the_connection_serving(
+    sim: ServerProcess, tmp_path: Path, protocol: str
+) -> None:
+    # The question is withdrawn with its call; the server and its other calls go on. A long
+    # restart backoff makes a dropped connection show: the server would stay down.
+    server = edge(protocol=protocol, restart_backoff=30, max_restart_backoff=30)
+    config = sidecar_config(sim, [], mcp_servers=[server])
+    with sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            await script_calls(sim, ("ask", {}))
+            async for event in client.stream(session.session_id, "go", timeout=30):
+                if event.HasField("approval_required"):
+                    break  # the caller leaves: the run, its call and the question end
+            await asyncio.sleep(1.0)
+            other = await client.create_session()
+            await script_calls(sim, ("echo", {"text": "still here"}))
+            echoed = finished_calls(await streamed(client, other.session_id))["echo"]
+    assert echoed.status == OK and echoed.content == "echo: still here"
+
+
 async def test_an_answer_that_does_not_match_the_question_is_refused_and_the_question_stays(
     sim: ServerProcess, tmp_path: Path
 ) -> None:
