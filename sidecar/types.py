@@ -542,6 +542,12 @@ class RunRecord:
     pending: list[PendingApproval] = field(default_factory=list)
     """Its calls waiting for approval (in INPUT_REQUIRED)."""
     callback_url: str = ""
+    callback_shape: str = ""
+    """What its callback delivers: empty, the run's final state (``RunCodec``); ``a2a``,
+    the A2A task (a ``StreamResponse``), registered by the A2A front."""
+    callback_token: str = ""
+    """Sent back with its callback (``X-A2A-Notification-Token``): the caller's check that
+    the notification is about its task."""
     callback_status: CallbackStatus = CallbackStatus.NONE
     callback_attempts: int = 0
     attempts: int = 0

@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sidecar.a2a.card import CardMaker, Interfaces
 from sidecar.a2a.errors import DOMAIN, Refused, to_a2a
-from sidecar.a2a.handler import PRINCIPAL, TaskHandler
+from sidecar.a2a.handler import PRINCIPAL, SHAPE, TaskHandler, push_body
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError, Unauthenticated
 from sidecar.security.identity import Principal
@@ -157,6 +157,8 @@ class A2AFront:
         """
         config = self._runtime.config
         settings = self._settings
+        # Tasks' push notifications are the A2A task, whichever replica delivers them.
+        self._runtime.agent.runs.callback_shapes[SHAPE] = push_body
         interfaces = Interfaces()
         if settings.grpc:
             interfaces.grpc = settings.grpc_url or f"{config.server.host}:{grpc_port}"

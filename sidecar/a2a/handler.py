@@ -11,7 +11,9 @@ runtime (docs/a2a.md has the table):
 - ``context_id`` is a session of the caller's, created with the skill's profile on first
   use (a message without one gets a new session, whose id the task carries);
 - ``INPUT_REQUIRED`` is a call waiting for approval; a message on the task answers it;
-- a push notification config is the run's completion callback.
+- a push notification config is the run's completion callback, shaped as A2A's push
+  notification (the task in a ``StreamResponse``, the config's token in
+  ``X-A2A-Notification-Token``) and signed as every callback is.
 
 Every call names its principal (the context builders authenticate it), and everything
 it may do is what ``AgentService`` lets the same principal do: its sessions, its runs,
@@ -40,6 +42,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from google.protobuf import json_format
 
 from agentsidecar.v1 import agent_pb2
 from sidecar.a2a.errors import to_a2a
@@ -51,12 +54,23 @@ from sidecar.errors import RequestError, RunNotFound, SessionExists, SessionNotF
 from sidecar.security.identity import Principal
 from sidecar.types import RunRecord, RunState
 
-__all__ = ["PRINCIPAL", "TaskHandler"]
+__all__ = ["PRINCIPAL", "SHAPE", "TaskHandler", "push_body"]
 
 log = logging.getLogger(__name__)
 
 PRINCIPAL = "agentsidecar.principal"
 """Key of the call's :class:`Principal` in ``ServerCallContext.state``."""
+SHAPE = "a2a"
+"""The callback shape of runs A2A starts (``RunRecord.callback_shape``)."""
+_MAX_TOKEN = 512
+
+
+def push_body(run: RunRecord, context_id: str) -> bytes:
+    """A finished task's push notification: the task, in a ``StreamResponse``, as A2A's
+    JSON binding writes it."""
+    response = a2a_pb2.StreamResponse(task=task_of(run, context_id))
+    return orjson.dumps(json_format.MessageToDict(response))
+
 
 _APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
 _DENY = frozenset({"deny", "denied", "no", "n", "reject"})
@@ -227,28 +241,32 @@ class TaskHandler(RequestHandler):
                 return skill
         return self._settings.skills[0]
 
-    def _callback(self, params: a2a_pb2.SendMessageRequest) -> str:
+    def _callback(self, params: a2a_pb2.SendMessageRequest) -> tuple[str, str]:
+        """The push notification config's URL and token; empty when there is none."""
         if not params.configuration.HasField("task_push_notification_config"):
-            return ""
+            return "", ""
         push = params.configuration.task_push_notification_config
         if not self._push:
             raise PushNotificationNotSupportedError(
                 "push notifications are off: background.callbacks.allowed_hosts is empty"
             )
-        if push.token or push.HasField("authentication"):
+        field = "configuration.task_push_notification_config"
+        if push.HasField("authentication"):
+            # Credentials for the receiver would be kept with the run, in the session
+            # store; the sidecar signs instead, and sends the token back.
             raise InvalidParamsError(
                 "push notifications are signed with the principal's callback secret "
-                "(Standard Webhooks headers); a token or authentication is not sent",
-                {
-                    "errors": [
-                        {
-                            "field": "configuration.task_push_notification_config",
-                            "message": "leave token and authentication unset",
-                        }
-                    ]
-                },
+                "(Standard Webhooks headers) and carry the config's token; no credentials "
+                "are kept or sent",
+                {"errors": [{"field": f"{field}.authentication", "message": "leave it unset"}]},
             )
-        return push.url
+        if len(push.token) > _MAX_TOKEN or not all(" " < c < "\x7f" for c in push.token):
+            raise InvalidParamsError(
+                f"the token is sent back as a header: at most {_MAX_TOKEN} visible ASCII "
+                "characters",
+                {"errors": [{"field": f"{field}.token", "message": "not a header value"}]},
+            )
+        return push.url, push.token
 
     async def _start(
         self, principal: Principal, params: a2a_pb2.SendMessageRequest, *, structured: bool
@@ -256,14 +274,21 @@ class TaskHandler(RequestHandler):
         message = params.message
         text = _text(message)
         skill = self._skill(params)
-        callback = self._callback(params)
+        callback, token = self._callback(params)
+        shape = SHAPE if callback else ""
         context_id = message.context_id
         if not context_id:
             session = await self._agent.create_session(principal, skill.profile, "", {})
             context_id = session.session_id
         try:
             run = await self._runs.start(
-                principal, context_id, text, structured=structured, callback_url=callback
+                principal,
+                context_id,
+                text,
+                structured=structured,
+                callback_url=callback,
+                callback_shape=shape,
+                callback_token=token,
             )
         except SessionNotFound:
             # The context's first message: its session, under the caller's name for it.
@@ -272,7 +297,13 @@ class TaskHandler(RequestHandler):
             except SessionExists:
                 pass  # another message of the same context made it meanwhile
             run = await self._runs.start(
-                principal, context_id, text, structured=structured, callback_url=callback
+                principal,
+                context_id,
+                text,
+                structured=structured,
+                callback_url=callback,
+                callback_shape=shape,
+                callback_token=token,
             )
         return run, context_id
 
@@ -396,17 +427,13 @@ class TaskHandler(RequestHandler):
         self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext
     ) -> a2a_pb2.ListTasksResponse:
         principal = _principal(context)
-        if not params.context_id:
-            raise InvalidParamsError(
-                "tasks are listed per context: set context_id",
-                {"errors": [{"field": "context_id", "message": "is required"}]},
+        size = params.page_size if params.HasField("page_size") else 0
+        if params.context_id:
+            page = await self._runs.page(
+                principal, params.context_id, size=size, token=params.page_token
             )
-        page = await self._runs.page(
-            principal,
-            params.context_id,
-            size=params.page_size if params.HasField("page_size") else 0,
-            token=params.page_token,
-        )
+        else:  # every context of the caller's
+            page = await self._runs.page_all(principal, size=size, token=params.page_token)
         history = params.history_length if params.HasField("history_length") else None
         after = (
             params.status_timestamp_after.ToNanoseconds() / 1e9
@@ -422,7 +449,7 @@ class TaskHandler(RequestHandler):
             tasks.append(
                 task_of(
                     run,
-                    params.context_id,
+                    params.context_id or principal.shown(run.session_key),
                     history_length=history,
                     artifacts=params.include_artifacts,
                 )
@@ -464,7 +491,7 @@ class TaskHandler(RequestHandler):
 
     def _config_of(self, run: RunRecord) -> a2a_pb2.TaskPushNotificationConfig:
         return a2a_pb2.TaskPushNotificationConfig(
-            id=run.run_id, task_id=run.run_id, url=run.callback_url
+            id=run.run_id, task_id=run.run_id, url=run.callback_url, token=run.callback_token
         )
 
     @validate_request_params

@@ -86,11 +86,15 @@ CREATE TABLE IF NOT EXISTS agent_run_events (
     data     bytea NOT NULL,
     PRIMARY KEY (run_id, sequence)
 );
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_shape text NOT NULL DEFAULT '';
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_token text NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS agent_runs_by_principal ON agent_runs (principal, ordinal);
 """
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
-    " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested"
+    " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
+    " callback_shape, callback_token"
 )
 _LIGHT = _COLUMNS.replace("result,", "''::bytea AS result,").replace(
     "checkpoint,", "''::bytea AS checkpoint,"
@@ -149,6 +153,8 @@ def _record(row: asyncpg.Record) -> RunRecord:
         checkpoint_step=row["checkpoint_step"],
         unsafe_step=row["unsafe_step"],
         cancel_requested=row["cancel_requested"],
+        callback_shape=row["callback_shape"],
+        callback_token=row["callback_token"],
     )
 
 
@@ -220,6 +226,17 @@ class PostgresRunStore:
         )
         return _record(row) if row is not None else None
 
+    async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        rows = await self._pool.fetch(
+            f"SELECT {_LIGHT} FROM agent_runs WHERE principal = $1 AND {_NOT_EXPIRED}"
+            " AND ordinal < $3 ORDER BY ordinal DESC LIMIT $4",
+            principal,
+            self._expired(),
+            before if before is not None else 2**62,
+            limit,
+        )
+        return [_record(row) for row in rows]
+
     async def page(self, session_key: str, *, before: int | None, limit: int) -> list[RunRecord]:
         rows = await self._pool.fetch(
             f"SELECT {_LIGHT} FROM agent_runs WHERE session_id = $1 AND {_NOT_EXPIRED}"
@@ -261,10 +278,10 @@ class PostgresRunStore:
                 run.ordinal = await conn.fetchval(
                     "INSERT INTO agent_runs (run_id, session_id, principal, input, structured,"
                     " state, create_time, update_time, callback_url, callback_status, attempts,"
-                    " owner, lease_until)"
+                    " owner, lease_until, callback_shape, callback_token)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
                     " CASE WHEN $12::text IS NULL THEN NULL"
-                    " ELSE now() + make_interval(secs => $13) END)"
+                    " ELSE now() + make_interval(secs => $13) END, $14, $15)"
                     " RETURNING ordinal",
                     run.run_id,
                     run.session_key,
@@ -279,6 +296,8 @@ class PostgresRunStore:
                     1 if owner else 0,
                     owner,
                     self._sessions.lease,
+                    run.callback_shape,
+                    run.callback_token,
                 )
             except asyncpg.ForeignKeyViolationError:
                 raise SessionNotFound(run.session_key) from None

@@ -140,6 +140,10 @@ class RunStore(Protocol):
         ordinal ``before`` (None: from the newest); without results or checkpoints."""
         ...
 
+    async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        """As :meth:`page`, over every session of the principal named ``principal``."""
+        ...
+
     async def events(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` stored events of the run with a sequence above ``after``."""
         ...
@@ -338,6 +342,17 @@ class MemoryRunStore:
             h.record
             for h in list(self._runs.values())
             if h.record.session_key == session_key
+            and (before is None or h.record.ordinal < before)
+            and self._live(h.record.run_id)
+        ]
+        runs.sort(key=lambda r: -r.ordinal)
+        return [replace(r, result=b"", checkpoint=b"") for r in runs[:limit]]
+
+    async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        runs = [
+            h.record
+            for h in list(self._runs.values())
+            if h.record.principal == principal
             and (before is None or h.record.ordinal < before)
             and self._live(h.record.run_id)
         ]

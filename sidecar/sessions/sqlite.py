@@ -43,14 +43,19 @@ from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionS
 from sidecar.periodic import Periodic
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
 from sidecar.sessions.sqlite_db import transaction, upsert_turn
-from sidecar.sessions.sqlite_runs import ACTIVE, RUNS_SCHEMA, SqliteRunStore
+from sidecar.sessions.sqlite_runs import (
+    ACTIVE,
+    RUNS_CALLBACK_SHAPE,
+    RUNS_SCHEMA,
+    SqliteRunStore,
+)
 from sidecar.sessions.store import interrupted_turn
 from sidecar.types import Session, Turn
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
@@ -96,6 +101,7 @@ CREATE TABLE pending_turns (
 """
     + RUNS_SCHEMA
     + _SPEND
+    + RUNS_CALLBACK_SHAPE
 )
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
@@ -119,6 +125,8 @@ DROP INDEX turns_by_session;
     2: RUNS_SCHEMA,
     # 3 → 4: each principal's spend per day (the cost guard's daily quotas).
     3: _SPEND,
+    # 4 → 5: what a run's completion callback delivers (an A2A task for A2A's pushes).
+    4: RUNS_CALLBACK_SHAPE,
 }
 
 

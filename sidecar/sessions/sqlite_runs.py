@@ -29,7 +29,7 @@ from sidecar.types import ACTIVE_STATES, CallbackStatus, RunRecord, RunState, Tu
 if TYPE_CHECKING:
     from sidecar.sessions.sqlite import SqliteSessionStore
 
-__all__ = ["ACTIVE", "RUNS_SCHEMA", "SqliteRunStore"]
+__all__ = ["ACTIVE", "RUNS_CALLBACK_SHAPE", "RUNS_SCHEMA", "SqliteRunStore"]
 
 ACTIVE = "(" + ", ".join(str(int(s)) for s in ACTIVE_STATES) + ")"
 """The active states, as SQL."""
@@ -69,10 +69,18 @@ CREATE TABLE run_events (
     PRIMARY KEY (run_id, sequence)
 ) WITHOUT ROWID;
 """
+RUNS_CALLBACK_SHAPE = """
+ALTER TABLE runs ADD COLUMN callback_shape TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN callback_token TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_by_principal ON runs (principal, ordinal);
+"""
+"""Schema 5: what a run's callback delivers and the token it carries back; a principal's
+runs across its sessions, listed."""
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
-    " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested"
+    " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
+    " callback_shape, callback_token"
 )
 _LIGHT = _COLUMNS.replace("result,", "x'',").replace("checkpoint,", "x'',")
 """The columns of a listing: no result, no checkpoint."""
@@ -101,6 +109,8 @@ def _record(row: Sequence[Any]) -> RunRecord:
         checkpoint_step=row[18],
         unsafe_step=row[19],
         cancel_requested=bool(row[20]),
+        callback_shape=row[21],
+        callback_token=row[22],
     )
 
 
@@ -165,6 +175,21 @@ class SqliteRunStore:
         )
         return [_record(row) for row in rows]
 
+    async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        return await self._sessions.execute(self._page_of_sync, principal, before, limit)
+
+    def _page_of_sync(self, principal: str, before: int | None, limit: int) -> list[RunRecord]:
+        rows = (
+            self._db()
+            .execute(
+                f"SELECT {_LIGHT} FROM runs WHERE principal = ? AND ordinal < ?"
+                " AND (end_time = 0 OR end_time >= ?) ORDER BY ordinal DESC LIMIT ?",
+                (principal, before if before is not None else 2**62, self._expired(), limit),
+            )
+            .fetchall()
+        )
+        return [_record(row) for row in rows]
+
     async def events(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
         return await self._sessions.execute(self._events_sync, run_id, after, limit)
 
@@ -203,8 +228,9 @@ class SqliteRunStore:
             try:
                 cursor = db.execute(
                     "INSERT INTO runs (run_id, session_id, principal, input, structured, state,"
-                    " create_time, update_time, callback_url, callback_status, attempts, owner)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " create_time, update_time, callback_url, callback_status, attempts, owner,"
+                    " callback_shape, callback_token)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.run_id,
                         run.session_key,
@@ -218,6 +244,8 @@ class SqliteRunStore:
                         int(run.callback_status),
                         1 if owner else 0,
                         owner,
+                        run.callback_shape,
+                        run.callback_token,
                     ),
                 )
             except sqlite3.IntegrityError:

@@ -10,7 +10,6 @@ import contextlib
 from typing import Any
 
 import grpc
-import orjson
 import pytest
 from a2a.client import A2AClientError
 from a2a.types import a2a_pb2
@@ -21,6 +20,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from google.protobuf import json_format
 
 from agentsidecar.errors import error_details
 from sidecar.testing import ServerProcess
@@ -177,23 +177,43 @@ async def test_an_approval_is_input_required_and_a_follow_up_message_answers_it(
             await collect(client.send_message(answer))
 
 
-async def test_a_push_notification_is_delivered_signed_when_the_task_finishes(
+async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
     card: a2a_pb2.AgentCard,
 ) -> None:
     async with receiver() as hook, a2a_client(card, "GRPC", ALICE, streaming=False) as client:
         request = user_message("two reads")
-        request.configuration.task_push_notification_config.url = hook.url
+        push = request.configuration.task_push_notification_config
+        push.url, push.token = hook.url, "alice-check-42"
         (response,) = await collect(client.send_message(request))
         task_id = response.task.id
         (delivery,) = await hook.wait(1)
-        assert signed_correctly(delivery, ALICE_SECRET)
-        # The run's final state, as every completion callback carries it (docs/a2a.md).
-        body = orjson.loads(delivery.body)
-        assert (body["runId"], body["state"]) == (task_id, "RUN_STATE_COMPLETED")
         configs = await client.list_task_push_notification_configs(
             a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task_id)
         )
-        assert [c.url for c in configs.configs] == [hook.url]
+        refused = []
+        for field, value in (("token", "two\nlines"), ("token", "x" * 513)):
+            bad = user_message("two reads")
+            bad_push = bad.configuration.task_push_notification_config
+            bad_push.url = hook.url
+            setattr(bad_push, field, value)
+            refused.append(bad)
+        with_credentials = user_message("two reads")
+        creds = with_credentials.configuration.task_push_notification_config
+        creds.url = hook.url
+        creds.authentication.scheme, creds.authentication.credentials = "Bearer", "secret"
+        refused.append(with_credentials)
+        for bad in refused:
+            with pytest.raises(InvalidParamsError):
+                await collect(client.send_message(bad))
+    assert signed_correctly(delivery, ALICE_SECRET)
+    assert delivery.headers["x-a2a-notification-token"] == "alice-check-42"
+    # The body is what A2A's JSON binding writes: a StreamResponse holding the task.
+    pushed = json_format.Parse(delivery.body, a2a_pb2.StreamResponse())
+    assert pushed.task.id == task_id and pushed.task.context_id == response.task.context_id
+    assert pushed.task.status.state == S.TASK_STATE_COMPLETED
+    assert _text(pushed.task.artifacts[0].parts) == _text(response.task.artifacts[0].parts)
+    assert [(c.url, c.token) for c in configs.configs] == [(hook.url, "alice-check-42")]
+    assert len(hook.deliveries) == 1  # the refused messages started nothing
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -217,6 +237,20 @@ async def test_another_principals_task_does_not_exist_for_the_caller(
         )
         listed = await bob.list_tasks(a2a_pb2.ListTasksRequest(context_id=task.context_id))
         assert [t.id for t in listed.tasks] == [his.task.id]
+        # Without a context: every context of the caller's, and only the caller's.
+        everywhere = await bob.list_tasks(a2a_pb2.ListTasksRequest(page_size=100))
+        assert his.task.id in [t.id for t in everywhere.tasks]
+        assert task.id not in [t.id for t in everywhere.tasks]
+    async with a2a_client(card, binding, ALICE, streaming=False) as alice:
+        (other,) = await collect(alice.send_message(user_message("two reads")))
+        first = await alice.list_tasks(a2a_pb2.ListTasksRequest(page_size=1))
+        second = await alice.list_tasks(
+            a2a_pb2.ListTasksRequest(page_size=1, page_token=first.next_page_token)
+        )
+    # Newest first, across contexts, each task with its own context.
+    assert [t.id for t in first.tasks] == [other.task.id]
+    assert first.tasks[0].context_id == other.task.context_id != task.context_id
+    assert second.tasks[0].id != other.task.id and second.tasks[0].context_id
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -243,7 +277,7 @@ async def test_bad_input_is_answered_with_the_specs_errors_and_the_sidecar_keeps
         with pytest.raises(InvalidParamsError):
             await collect(client.send_message(bad_context))
         with pytest.raises(InvalidParamsError):
-            await client.list_tasks(a2a_pb2.ListTasksRequest())
+            await client.list_tasks(a2a_pb2.ListTasksRequest(page_token="not-a-token"))
         (ok,) = await collect(client.send_message(user_message("two reads")))
         assert ok.task.status.state == S.TASK_STATE_COMPLETED
 

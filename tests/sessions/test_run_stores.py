@@ -137,6 +137,31 @@ async def test_a_submitted_run_reads_back_and_pages_newest_first(open_store: Ope
 
 
 @pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_principals_runs_page_across_its_sessions_and_keep_their_callback_shape(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    mine = [await _session(store, f"ann/{uuid.uuid4().hex}") for _ in range(3)]
+    theirs = await _session(store, f"bo/{uuid.uuid4().hex}")
+    started = []
+    for i, session in enumerate([*mine, theirs]):
+        run = _run(session, principal="bo" if session == theirs else "ann", when=float(i))
+        run.callback_url, run.callback_shape, run.callback_token = "https://h/x", "a2a", f"t{i}"
+        await store.runs.submit(run, owner=None, bounds=BOUNDS)
+        started.append(run)
+    first = await store.runs.page_of("ann", before=None, limit=2)
+    rest = await store.runs.page_of("ann", before=first[-1].ordinal, limit=10)
+    assert [r.run_id for r in first + rest] == [r.run_id for r in started[:3]][::-1]
+    assert [r.run_id for r in await store.runs.page_of("bo", before=None, limit=10)] == [
+        started[3].run_id
+    ]
+    assert await store.runs.page_of("cy", before=None, limit=10) == []
+    got = await store.runs.get(started[1].run_id)
+    assert got is not None and (got.callback_shape, got.callback_token) == ("a2a", "t1")
+    assert (first[0].callback_shape, first[0].callback_token) == ("a2a", "t2")
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
 async def test_submissions_are_bounded_in_all_by_principal_and_by_session(
     open_store: OpenStore,
 ) -> None:

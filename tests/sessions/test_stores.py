@@ -420,7 +420,7 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     finally:
         await store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 4
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 5
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
     assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs

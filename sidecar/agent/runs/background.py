@@ -32,6 +32,7 @@ from sidecar.agent.limits import (
     page_size_problems,
     refuse,
 )
+from sidecar.agent.runs.callbacks import CallbackBody
 from sidecar.agent.runs.codec import RunCodec
 from sidecar.agent.runs.feed import Feed
 from sidecar.agent.runs.runner import CANCELLED_CODE, Runner
@@ -133,6 +134,9 @@ class BackgroundRuns:
         self.feed = Feed()
         self._runner: Runner | None = None
         self._codec: RunCodec | None = None
+        self.callback_shapes: dict[str, CallbackBody] = {}
+        """Callback bodies other than the run's final state, by shape: a front that
+        starts runs whose callbacks it shapes registers its own (``a2a``)."""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -155,6 +159,7 @@ class BackgroundRuns:
             audit=self._audit,
             codec=codec,
             lease=self._store.lease,
+            shapes=self.callback_shapes,
         )
         await self._runner.start()
 
@@ -182,11 +187,16 @@ class BackgroundRuns:
         *,
         structured: bool,
         callback_url: str = "",
+        callback_shape: str = "",
+        callback_token: str = "",
         problems: Sequence[FieldViolation] = (),
     ) -> RunRecord:
         """Start a background run in the principal's session.
 
         Args:
+            callback_shape: What the callback delivers: empty, the run's final state; or a
+                shape a front registered (``callback_shapes``).
+            callback_token: Sent back with the callback (``X-A2A-Notification-Token``).
             problems: What the front found wrong with the request's own fields.
 
         Raises:
@@ -237,6 +247,8 @@ class BackgroundRuns:
             create_time=now,
             update_time=now,
             callback_url=callback_url,
+            callback_shape=callback_shape,
+            callback_token=callback_token,
             callback_status=CallbackStatus.PENDING if callback_url else CallbackStatus.NONE,
         )
         runner = self._runner
@@ -303,6 +315,21 @@ class BackgroundRuns:
         before = _page_start(token, key)
         await self._conversations.stored(key, session_id)
         runs = await self._store.page(key, before=before, limit=size + 1)
+        following = _page_token(runs[size - 1].ordinal, key) if len(runs) > size else ""
+        return RunPage(runs=runs[:size], next_page_token=following)
+
+    async def page_all(self, principal: Principal, *, size: int = 0, token: str = "") -> RunPage:
+        """A page of the principal's runs in all its sessions, newest first.
+
+        Raises:
+            InvalidRequest: a bad page size or page token.
+        """
+        self._check_enabled()
+        refuse(page_size_problems(size))
+        size = page_size(size)
+        key = f"principal:{principal.name}"
+        before = _page_start(token, key)
+        runs = await self._store.page_of(principal.name, before=before, limit=size + 1)
         following = _page_token(runs[size - 1].ordinal, key) if len(runs) > size else ""
         return RunPage(runs=runs[:size], next_page_token=following)
 

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -29,7 +29,10 @@ from sidecar.security.webhooks import AddressRefused, VettedResolver, check_allo
 from sidecar.sessions.runs import RunStore
 from sidecar.types import CallbackStatus, RunRecord
 
-__all__ = ["Callbacks"]
+__all__ = ["CallbackBody", "Callbacks"]
+
+CallbackBody = Callable[[RunRecord, str], bytes]
+"""A finished run's callback body (the run, its session id as its caller names it)."""
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class Callbacks:
         codec: Encodes a run's final state.
         secrets: A principal's signing key by its name; None: it has none (now).
         audit: The audit record.
+        shapes: Bodies of callbacks shaped by a front, by ``RunRecord.callback_shape``
+            (read at delivery: a front registers its shape when it starts).
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class Callbacks:
         codec: RunCodec,
         secrets: Callable[[str], bytes | None],
         audit: AuditLog,
+        shapes: Mapping[str, CallbackBody] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -69,6 +75,7 @@ class Callbacks:
         self._codec = codec
         self._secrets = secrets
         self._audit = audit
+        self._shapes = shapes if shapes is not None else {}
         self._http: aiohttp.ClientSession | None = None
         self._rng = random.Random()
 
@@ -94,8 +101,19 @@ class Callbacks:
         Returns:
             When the delivery given back is due (wall-clock seconds); None when it ended.
         """
-        body = self._codec.callback_body(run, session_id)
         attempts = run.callback_attempts
+        if not run.callback_shape:
+            body = self._codec.callback_body(run, session_id)
+        elif (shape := self._shapes.get(run.callback_shape)) is not None:
+            body = shape(run, session_id)
+        else:  # started by a front this replica does not serve
+            await self._done(
+                run,
+                CallbackStatus.FAILED,
+                attempts + 1,
+                f"this replica cannot shape a {run.callback_shape!r} callback",
+            )
+            return None
         policy = self._settings.retry
         while True:
             attempts += 1
@@ -152,6 +170,8 @@ class Callbacks:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(secret, run.run_id, timestamp, body),
         }
+        if run.callback_token:
+            headers["x-a2a-notification-token"] = run.callback_token
         try:
             async with self._session().post(
                 run.callback_url,

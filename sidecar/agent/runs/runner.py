@@ -27,12 +27,12 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sidecar.agent.admission import Admission
 from sidecar.agent.approvals import Approvals, Decision
-from sidecar.agent.runs.callbacks import Callbacks
+from sidecar.agent.runs.callbacks import CallbackBody, Callbacks
 from sidecar.agent.runs.codec import RunCodec
 from sidecar.agent.runs.feed import Feed
 from sidecar.agent.runs.journal import Journal
@@ -111,6 +111,7 @@ class Runner:
         audit: AuditLog,
         codec: RunCodec,
         lease: float | None,
+        shapes: Mapping[str, CallbackBody],
     ) -> None:
         self._turns = turns
         self._model_name = model_name
@@ -131,6 +132,7 @@ class Runner:
             codec=codec,
             secrets=lambda name: snapshot().callback_secrets.get(name),
             audit=audit,
+            shapes=shapes,
         )
         self._active: dict[str, _Active] = {}
         self._reserved = 0
