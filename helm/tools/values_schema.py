@@ -30,9 +30,11 @@ OWNED = {
     "ServerConfig": ("host", "port", "tls", "insecure", "health_port", "unix_socket"),
     "SqliteConfig": ("path",),
     "TelemetryConfig": ("metrics",),
+    "McpEndpointConfig": ("host", "port"),
+    "A2AHttpConfig": ("host", "port"),
 }
 """Keys the chart renders itself (from ``port``, ``tls``, ``healthPort``, ``auth``, the
-data volume, ``socket`` and ``metrics``)."""
+data volume, ``socket``, ``metrics``, ``mcp`` and ``a2aHttp``)."""
 DROPPED = {"MetricsConfig", "ServerTlsConfig", "AuthConfig", "AuditConfig", "PrincipalConfig"}
 """Definitions only the owned keys used."""
 CHART_PRINCIPAL = {

@@ -1032,3 +1032,35 @@ def test_the_readme_install_pulls_every_image_from_the_registry_it_pushes_to() -
     docs = render(sets=sets)
     used = {c["image"].replace(version, "VERSION") for w in workloads(docs) for c in containers(w)}
     assert used <= made and len(used) == 2, used
+
+
+def test_the_mcp_endpoint_and_the_a2a_listener_get_ports_a_service_and_the_clients() -> None:
+    fronts = {
+        "mcp.enabled": "true",
+        "a2aHttp.enabled": "true",
+        "config.a2a.skills[0].profile": "default",
+    }
+    docs = render([STANDALONE], fronts)
+    config = parse_config(sidecar_config(docs), source="the rendered ConfigMap")
+    assert (config.mcp.host, config.mcp.port) == ("0.0.0.0", 8765)
+    assert config.a2a is not None and config.a2a.http is not None
+    assert (config.a2a.http.host, config.a2a.http.port) == ("0.0.0.0", 8080)
+    (container,) = sidecar_containers(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": 50051, "mcp": 8765, "a2a-http": 8080}
+    service = one(docs, "Service", RELEASE)
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "grpc": "grpc",
+        "mcp": "mcp",
+        "a2a-http": "a2a-http",
+    }
+    (rule,) = one(docs, "NetworkPolicy", RELEASE)["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [50051, 8765, 8080]
+    # In sidecar mode they are the application's, on loopback.
+    beside = sidecar_config(render([SIDECAR], fronts))
+    assert beside["mcp"]["host"] == beside["a2a"]["http"]["host"] == "127.0.0.1"
+    # The addresses are the chart's; an A2A listener needs the A2A section.
+    with pytest.raises(RenderError, match="additional properties 'port' not allowed"):
+        render([STANDALONE], {"config.mcp.port": "9000"})
+    with pytest.raises(RenderError, match=r"set config\.a2a"):
+        render([STANDALONE], {"a2aHttp.enabled": "true"})

@@ -190,6 +190,9 @@ directory (then the record lives on the data volume); empty without a file. */}}
 {{- if and .Values.devSimulator.enabled $model.base_url }}
 {{- fail "devSimulator.enabled points config.model.base_url at the simulator: leave config.model.base_url unset" }}
 {{- end }}
+{{- if and .Values.a2aHttp.enabled (not $config.a2a) }}
+{{- fail "a2aHttp.enabled serves A2A's HTTP bindings of config.a2a: set config.a2a (its skills) too" }}
+{{- end }}
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.enabled needs tls.existingSecret (a kubernetes.io/tls Secret)" }}
 {{- end }}
@@ -320,6 +323,23 @@ is insecure; NOTES.txt says which of the two is missing. */}}
 {{- $_ := set $sessions "sqlite" $sqlite }}
 {{- $_ := set $c "sessions" $sessions }}
 {{- end }}
+{{- /* Standalone: on the pod's interfaces, behind the Service; sidecar mode: for the
+application beside it only. */}}
+{{- $httpHost := ternary "0.0.0.0" "127.0.0.1" (eq .Values.mode "standalone") }}
+{{- if .Values.mcp.enabled }}
+{{- $mcp := $c.mcp | default dict }}
+{{- $_ := set $mcp "host" $httpHost }}
+{{- $_ := set $mcp "port" (int .Values.mcp.port) }}
+{{- $_ := set $c "mcp" $mcp }}
+{{- end }}
+{{- if .Values.a2aHttp.enabled }}
+{{- $a2a := $c.a2a | default dict }}
+{{- $http := $a2a.http | default dict }}
+{{- $_ := set $http "host" $httpHost }}
+{{- $_ := set $http "port" (int .Values.a2aHttp.port) }}
+{{- $_ := set $a2a "http" $http }}
+{{- $_ := set $c "a2a" $a2a }}
+{{- end }}
 {{- if .Values.metrics.enabled }}
 {{- $telemetry := $c.telemetry | default dict }}
 {{- $_ := set $telemetry "metrics" (dict "enabled" true "host" "0.0.0.0" "port" (int .Values.metrics.port)) }}
@@ -371,6 +391,16 @@ ports:
   {{- if include "agent-sidecar.tlsOn" . }}
   - name: health
     containerPort: {{ .Values.healthPort }}
+    protocol: TCP
+  {{- end }}
+  {{- if .Values.mcp.enabled }}
+  - name: mcp
+    containerPort: {{ .Values.mcp.port }}
+    protocol: TCP
+  {{- end }}
+  {{- if .Values.a2aHttp.enabled }}
+  - name: a2a-http
+    containerPort: {{ .Values.a2aHttp.port }}
     protocol: TCP
   {{- end }}
   {{- if .Values.metrics.enabled }}
