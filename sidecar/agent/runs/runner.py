@@ -4,7 +4,9 @@
 here at once (StartRun reserved its slot), and claims the others from the store: queued
 runs, runs whose process stopped (a lapsed lease on PostgreSQL; at start on SQLite) and
 callbacks due. It claims when a slot frees, when told a run waits (a notification), and,
-on a shared store, every ``background.poll_interval``.
+on a shared store, every ``background.poll_interval``. On a store of its own it claims only
+when something may wait there (at start, a run queued for want of a slot, a run or a
+callback given back and now due): a run started and finished here costs no claim.
 
 Each run it takes goes one of these ways:
 
@@ -138,6 +140,7 @@ class Runner:
         self._reserved = 0
         self._wake = asyncio.Event()
         self._due: float | None = None  # when a run given back here is due (one store)
+        self._look = True  # the store may hold runs for this replica (at start: left behind)
         self._loop_task: asyncio.Task[None] | None = None
         self._heartbeat = Periodic("run-leases", lease / 3, self.renew) if lease else None
         self._renewing: asyncio.Task[None] | None = None
@@ -205,6 +208,7 @@ class Runner:
 
     def wake(self) -> None:
         """Look for runs to take now."""
+        self._look = True
         self._wake.set()
 
     def holds(self, run_id: str) -> bool:
@@ -230,12 +234,19 @@ class Runner:
         while True:
             self._wake.clear()
             free = self._settings.max_running - self._busy()
-            if free > 0 and not self._admission.draining:
+            if self._due is not None and self._due <= time.time():
+                self._due, self._look = None, True
+            looking = self._store.shared or self._look
+            if free > 0 and looking and not self._admission.draining:
                 try:
                     claimed = await self._store.claim(self._owner, free)
                 except Exception:
                     log.exception("claiming background runs failed")
                     claimed = []
+                else:
+                    # Fewer than it could take: on a store of its own, nothing else waits
+                    # until a submission, a notification or a due time says so.
+                    self._look = len(claimed) >= free
                 for run in claimed:
                     self._launch(run)
             timeout: float | None = None
@@ -243,7 +254,6 @@ class Runner:
                 timeout = self._settings.poll_interval
             elif self._due is not None:
                 timeout = max(0.0, self._due - time.time())
-                self._due = None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
