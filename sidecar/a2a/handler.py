@@ -246,11 +246,17 @@ class TaskHandler(RequestHandler):
         if not params.configuration.HasField("task_push_notification_config"):
             return "", ""
         push = params.configuration.task_push_notification_config
+        return self._push_config(push, "configuration.task_push_notification_config.")
+
+    def _push_config(
+        self, push: a2a_pb2.TaskPushNotificationConfig, prefix: str
+    ) -> tuple[str, str]:
+        """A push notification config's URL and token, checked (``prefix``: where the
+        config is in the request, for the errors' field names)."""
         if not self._push:
             raise PushNotificationNotSupportedError(
                 "push notifications are off: background.callbacks.allowed_hosts is empty"
             )
-        field = "configuration.task_push_notification_config"
         if push.HasField("authentication"):
             # Credentials for the receiver would be kept with the run, in the session
             # store; the sidecar signs instead, and sends the token back.
@@ -258,13 +264,13 @@ class TaskHandler(RequestHandler):
                 "push notifications are signed with the principal's callback secret "
                 "(Standard Webhooks headers) and carry the config's token; no credentials "
                 "are kept or sent",
-                {"errors": [{"field": f"{field}.authentication", "message": "leave it unset"}]},
+                {"errors": [{"field": f"{prefix}authentication", "message": "leave it unset"}]},
             )
         if len(push.token) > _MAX_TOKEN or not all(" " < c < "\x7f" for c in push.token):
             raise InvalidParamsError(
                 f"the token is sent back as a header: at most {_MAX_TOKEN} visible ASCII "
                 "characters",
-                {"errors": [{"field": f"{field}.token", "message": "not a header value"}]},
+                {"errors": [{"field": f"{prefix}token", "message": "not a header value"}]},
             )
         return push.url, push.token
 
@@ -500,13 +506,25 @@ class TaskHandler(RequestHandler):
         self, params: a2a_pb2.TaskPushNotificationConfig, context: ServerCallContext
     ) -> a2a_pb2.TaskPushNotificationConfig:
         principal = _principal(context)
+        url, token = self._push_config(params, "")
         run = await self._runs.get(principal, params.task_id)
-        if run.callback_url and run.callback_url == params.url:
+        if run.callback_url == url and run.callback_token == token:
             return self._config_of(run)  # the one it has: safe to retry
-        raise UnsupportedOperationError(
-            "a task's push notification is set when it starts: send it in the "
-            "SendMessage configuration (task_push_notification_config)"
-        )
+        if run.state.finished:
+            raise UnsupportedOperationError(
+                f"task {run.run_id} is {run.state.name.lower()}: a push notification tells "
+                "a task's end, which has come"
+            )
+        if run.callback_url:
+            raise UnsupportedOperationError(
+                "a task has one push notification config; delete it to set another"
+            )
+        if not await self._runs.set_callback(principal, run.run_id, url, shape=SHAPE, token=token):
+            raise UnsupportedOperationError(
+                f"task {run.run_id} finished, or was given another push notification config, "
+                "meanwhile"
+            )
+        return self._config_of(await self._runs.get(principal, run.run_id))
 
     @validate_request_params
     @_answers
@@ -541,10 +559,16 @@ class TaskHandler(RequestHandler):
         context: ServerCallContext,
     ) -> None:
         principal = _principal(context)
-        await self._runs.get(principal, params.task_id)
-        raise UnsupportedOperationError(
-            "a task's push notification cannot be removed; it is delivered once the task finishes"
-        )
+        run = await self._runs.get(principal, params.task_id)
+        if not run.callback_url or (params.id and params.id != run.run_id):
+            raise TaskNotFoundError(
+                f"task {params.task_id} has no push notification config {params.id!r}"
+            )
+        if run.state.finished or not await self._runs.set_callback(principal, run.run_id, ""):
+            raise UnsupportedOperationError(
+                f"task {run.run_id} has finished: its push notification is being or has been "
+                "delivered"
+            )
 
     # -- the card ---------------------------------------------------------------------
 

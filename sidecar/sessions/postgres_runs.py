@@ -469,6 +469,20 @@ class PostgresRunStore:
             if status != "UPDATE 0":
                 await _notify(conn, f"c:{run_id}")
 
+    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+        status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
+        done = await self._pool.execute(
+            "UPDATE agent_runs SET callback_url = $2, callback_shape = $3, callback_token = $4,"
+            " callback_status = $5 WHERE run_id = $1 AND end_time = 0"
+            " AND ($2 = '' OR callback_url IN ('', $2))",
+            run_id,
+            url,
+            shape,
+            token,
+            status,
+        )
+        return bool(done != "UPDATE 0")
+
     async def cancel_submitted(self, run_id: str, *, result: bytes, event: bytes) -> bool:
         async with self._pool.acquire() as conn, conn.transaction():
             found = await conn.fetchval(

@@ -196,6 +196,11 @@ class RunStore(Protocol):
         (sequence 1); False when it is not such a run."""
         ...
 
+    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+        """Name the unfinished run's completion callback (``url`` empty: none); False when
+        the run has finished, or names another callback already."""
+        ...
+
     async def decide(self, run_id: str, call_id: str, approved: bool, reason: str) -> bool:
         """Leave a decision for the run's owner; False unless the call is pending."""
         ...
@@ -470,6 +475,17 @@ class MemoryRunStore:
         held = self._live(run_id)
         if held is not None and not held.record.state.finished:
             held.record.cancel_requested = True
+
+    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+        held = self._live(run_id)
+        if held is None or held.record.end_time > 0:
+            return False
+        record = held.record
+        if url and record.callback_url not in ("", url):
+            return False
+        record.callback_url, record.callback_shape, record.callback_token = url, shape, token
+        record.callback_status = CallbackStatus.PENDING if url else CallbackStatus.NONE
+        return True
 
     async def cancel_submitted(self, run_id: str, *, result: bytes, event: bytes) -> bool:
         held = self._live(run_id)

@@ -438,6 +438,18 @@ class SqliteRunStore:
             )
         )
 
+    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+        status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
+        cursor = await self._sessions.execute_write(
+            lambda: self._db().execute(
+                "UPDATE runs SET callback_url = ?, callback_shape = ?, callback_token = ?,"
+                " callback_status = ? WHERE run_id = ? AND end_time = 0"
+                " AND (? = '' OR callback_url IN ('', ?))",
+                (url, shape, token, status, run_id, url, url),
+            )
+        )
+        return bool(cursor.rowcount)
+
     async def cancel_submitted(self, run_id: str, *, result: bytes, event: bytes) -> bool:
         return await self._sessions.execute_write(
             self._cancel_submitted_sync, run_id, result, event

@@ -217,6 +217,53 @@ async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_push_config_is_set_and_dropped_while_the_task_runs_and_delivered_at_its_end(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    def config(task_id: str, url: str, token: str = "") -> a2a_pb2.TaskPushNotificationConfig:
+        return a2a_pb2.TaskPushNotificationConfig(task_id=task_id, url=url, token=token)
+
+    async with receiver() as hook, a2a_client(card, binding, ALICE, streaming=False) as client:
+        (waiting,) = await collect(
+            client.send_message(user_message("Please refund order 20250101"))
+        )
+        task = waiting.task
+        assert task.status.state == S.TASK_STATE_INPUT_REQUIRED
+        first = await client.create_task_push_notification_config(config(task.id, hook.url, "a"))
+        again = await client.create_task_push_notification_config(config(task.id, hook.url, "a"))
+        with pytest.raises(UnsupportedOperationError):  # one config per task
+            await client.create_task_push_notification_config(
+                config(task.id, hook.url + "/other", "b")
+            )
+        await client.delete_task_push_notification_config(
+            a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=first.id)
+        )
+        emptied = await client.list_task_push_notification_configs(
+            a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        await client.create_task_push_notification_config(config(task.id, hook.url, "final"))
+        async with a2a_client(card, binding, BOB, streaming=False) as bob:
+            with pytest.raises(TaskNotFoundError):
+                await bob.create_task_push_notification_config(config(task.id, hook.url))
+        answer = user_message("approve", task_id=task.id, context_id=task.context_id)
+        (done,) = await collect(client.send_message(answer))
+        (delivery,) = await hook.wait(1)
+        with pytest.raises(UnsupportedOperationError):  # its end has come
+            await client.create_task_push_notification_config(config(task.id, hook.url, "x"))
+        with pytest.raises(UnsupportedOperationError):
+            await client.delete_task_push_notification_config(
+                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=task.id)
+            )
+    assert first == again and (first.id, first.url, first.token) == (task.id, hook.url, "a")
+    assert list(emptied.configs) == []
+    assert done.task.status.state == S.TASK_STATE_COMPLETED
+    assert signed_correctly(delivery, ALICE_SECRET)
+    assert delivery.headers["x-a2a-notification-token"] == "final"
+    pushed = json_format.Parse(delivery.body, a2a_pb2.StreamResponse())
+    assert pushed.task.id == task.id and pushed.task.status.state == S.TASK_STATE_COMPLETED
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
 async def test_another_principals_task_does_not_exist_for_the_caller(
     card: a2a_pb2.AgentCard, binding: str
 ) -> None:

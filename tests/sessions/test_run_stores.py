@@ -162,6 +162,40 @@ async def test_a_principals_runs_page_across_its_sessions_and_keep_their_callbac
 
 
 @pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_callback_is_named_or_dropped_only_while_the_run_is_unfinished(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    run = _run(await _session(store))
+    await store.runs.submit(run, owner=None, bounds=BOUNDS)
+    runs = store.runs
+    assert await runs.set_callback(run.run_id, "https://h/a", "a2a", "t")
+    assert await runs.set_callback(run.run_id, "https://h/a", "a2a", "t2")  # the same URL
+    assert not await runs.set_callback(run.run_id, "https://h/b", "", "")  # another
+    named = await runs.get(run.run_id)
+    assert named is not None
+    assert (named.callback_url, named.callback_token) == ("https://h/a", "t2")
+    assert named.callback_status is CallbackStatus.PENDING
+    assert await runs.set_callback(run.run_id, "", "", "")  # dropped
+    dropped = await runs.get(run.run_id)
+    assert dropped is not None and (dropped.callback_url, dropped.callback_status) == (
+        "",
+        CallbackStatus.NONE,
+    )
+    assert await runs.set_callback(run.run_id, "https://h/b", "", "")
+    assert [r.run_id for r in await runs.claim("me", 10)] == [run.run_id]
+    assert await runs.finish(
+        run.run_id, "me", 1, state=RunState.COMPLETED, result=b"r", events=[], turn=None
+    )
+    assert not await runs.set_callback(run.run_id, "https://h/c", "", "")
+    assert not await runs.set_callback(run.run_id, "", "", "")
+    assert not await runs.set_callback("no-such-run", "https://h/c", "", "")
+    finished = await runs.get(run.run_id)
+    assert finished is not None and finished.callback_url == "https://h/b"
+    assert finished.callback_status is CallbackStatus.PENDING  # its owner delivers it
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
 async def test_submissions_are_bounded_in_all_by_principal_and_by_session(
     open_store: OpenStore,
 ) -> None:

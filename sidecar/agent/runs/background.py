@@ -20,6 +20,7 @@ import uuid
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sidecar.agent.admission import Admission
 from sidecar.agent.approvals import Approvals, Decision
@@ -392,6 +393,54 @@ class BackgroundRuns:
             else:
                 await self._finished(run_id, CANCEL_WAIT)
         return await self.get(principal, run_id)
+
+    async def set_callback(
+        self,
+        principal: Principal,
+        run_id: str,
+        url: str,
+        *,
+        shape: str = "",
+        token: str = "",
+    ) -> bool:
+        """Name (``url``) or drop (empty) the principal's unfinished run's completion
+        callback, under the rules of a callback named at the start.
+
+        Returns:
+            False when the run has finished, or names another callback.
+
+        Raises:
+            InvalidRequest, RunNotFound: as :meth:`get`.
+            CallbackNotAllowed: as :meth:`start`.
+        """
+        run = await self.get(principal, run_id)
+        if url:
+            refuse(url_problems(url))
+            check_allowed(url, self.settings.callbacks)
+            if principal.name not in self._snapshot().callback_secrets:
+                raise CallbackNotAllowed(
+                    "no callback secret is configured for this principal, so its callbacks "
+                    "could not be signed"
+                )
+        # The runner learns first: a run that finishes meanwhile then either finds the
+        # callback in the store, or the store refuses it (and the runner forgets it).
+        runner = self._runner
+        if runner is not None:
+            runner.note_callback(run_id, url, shape, token)
+        if not await self._store.set_callback(run_id, url, shape, token):
+            if runner is not None:
+                runner.note_callback(
+                    run_id, run.callback_url, run.callback_shape, run.callback_token
+                )
+            return False
+        if self._audit.enabled:
+            self._audit.record(
+                "run_callback_set" if url else "run_callback_dropped",
+                principal.name,
+                run_id=run_id,
+                host=urlsplit(url).hostname if url else None,
+            )
+        return True
 
     async def _cancel_queued(self, run_id: str) -> bool:
         """Cancel a run no replica has taken up yet; False when it is not such a run."""

@@ -214,6 +214,13 @@ class Runner:
     def holds(self, run_id: str) -> bool:
         return run_id in self._active
 
+    def note_callback(self, run_id: str, url: str, shape: str, token: str) -> None:
+        """A run held here was given a callback (or lost it) since it was taken."""
+        active = self._active.get(run_id)
+        if active is not None:
+            record = active.record
+            record.callback_url, record.callback_shape, record.callback_token = url, shape, token
+
     def _busy(self) -> int:
         return len(self._active) + self._reserved
 
@@ -287,9 +294,14 @@ class Runner:
                 await self._start(active, principal, session_id)
             else:
                 await self._resume(active, principal, session_id)
-            if active.journal is not None and active.journal.finished and run.callback_url:
+            # A callback named on another replica while the run went is in the store only.
+            if (
+                active.journal is not None
+                and active.journal.finished
+                and (run.callback_url or self._store.shared)
+            ):
                 fresh = await self._store.get(run.run_id)
-                if fresh is not None:
+                if fresh is not None and fresh.callback_url:
                     await self._call_back(fresh)
         except asyncio.CancelledError:
             if active.journal is None or not (active.journal.finished or active.journal.lost):
