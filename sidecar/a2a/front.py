@@ -51,6 +51,7 @@ from sidecar.a2a.handler import PRINCIPAL, SHAPE, TaskHandler, push_body
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError, Unauthenticated
 from sidecar.security.identity import Principal
+from sidecar.security.peers import PeerCertificates
 
 __all__ = ["SERVICE_NAME", "A2AFront"]
 
@@ -107,6 +108,7 @@ class A2AFront:
         self.cards: CardMaker | None = None
         self._handler: TaskHandler | None = None
         self._http: _HttpServer | None = None
+        self._peers = PeerCertificates()
         self.http_port: int | None = None
 
     @property
@@ -165,7 +167,7 @@ class A2AFront:
         http = settings.http
         if http is not None:
             host = http.host or config.server.host
-            self._http = _HttpServer(host, http.port, config.server.tls)
+            self._http = _HttpServer(host, http.port, config.server.tls, self._peers)
             self.http_port = self._http.bind()
             scheme = "https" if config.server.tls is not None else "http"
             base = http.public_url or f"{scheme}://{_url_host(host)}:{self.http_port}"
@@ -186,7 +188,7 @@ class A2AFront:
                 )
             app = Starlette(routes=routes)
             protected = [http.jsonrpc_path, http.rest_prefix + "/"]
-            await self._http.start(_Authenticating(app, self, protected))
+            await self._http.start(_Authenticating(app, self, protected, self._peers))
 
     async def stop(self) -> None:
         """Stop the HTTP listener (streams in flight end)."""
@@ -236,10 +238,13 @@ class _Authenticating:
     """Authenticates every request under the protected paths (HTTP 401 for a caller
     that proves nothing), before the SDK reads its body."""
 
-    def __init__(self, app: ASGIApp, front: A2AFront, protected: list[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, front: A2AFront, protected: list[str], peers: PeerCertificates
+    ) -> None:
         self._app = app
         self._front = front
         self._protected = protected
+        self._peers = peers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and any(
@@ -251,7 +256,9 @@ class _Authenticating:
             client = scope.get("client")
             where = f"{client[0]}:{client[1]}" if client else ""
             try:
-                scope[PRINCIPAL] = self._front.authenticate(metadata, {}, scope["path"], where)
+                scope[PRINCIPAL] = self._front.authenticate(
+                    metadata, self._peers.identity(scope), scope["path"], where
+                )
             except Unauthenticated as exc:
                 response = JSONResponse(
                     {
@@ -286,10 +293,11 @@ class _Server(uvicorn.Server):
 class _HttpServer:
     """uvicorn on a socket bound before it starts, so the port is known at once."""
 
-    def __init__(self, host: str, port: int, tls: Any) -> None:
+    def __init__(self, host: str, port: int, tls: Any, peers: PeerCertificates) -> None:
         self._host = host
         self._port = port
         self._tls = tls
+        self._peers = peers
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -331,6 +339,7 @@ class _HttpServer:
             config.load()
         except (OSError, ssl.SSLError) as exc:
             raise StartupError(f"a2a.http: TLS files cannot be read ({exc})") from None
+        config.http_protocol_class = self._peers.protocol(config.http_protocol_class)
         server = _Server(config)
         server.lifespan = config.lifespan_class(config)
         assert self._socket is not None

@@ -5,10 +5,10 @@
   sidecar's tools through a browser that can reach it: DNS rebinding).
 - **Host**: on a loopback bind, the ``Host`` header must name loopback (421 otherwise), so
   a rebound DNS name cannot reach a local endpoint.
-- **Credentials**: with ``auth.principals`` a request without a bearer token naming a
-  principal is refused 401 (``WWW-Authenticate: Bearer``) and recorded as ``auth_failed``;
-  the principal rides the request to the handlers. The principals are those of the
-  configuration applied now, as on the gRPC port.
+- **Credentials**: with ``auth.principals`` a request without a bearer token or a client
+  certificate (its SAN) naming a principal is refused 401 (``WWW-Authenticate: Bearer``)
+  and recorded as ``auth_failed``; the principal rides the request to the handlers. The
+  principals are those of the configuration applied now, as on the gRPC port.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from agentsidecar.addresses import is_loopback
 from sidecar.errors import Unauthenticated
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
+from sidecar.security.peers import PeerCertificates
 
 __all__ = ["PRINCIPAL", "Guard"]
 
@@ -59,12 +60,14 @@ class Guard:
         audit: AuditLog,
         allowed_origins: list[str],
         loopback: bool,
+        peers: PeerCertificates | None = None,
     ) -> None:
         self._app = app
         self._authenticator = authenticator
         self._audit = audit
         self._origins = frozenset(o.rstrip("/") for o in allowed_origins)
         self._loopback = loopback
+        self._peers = peers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -79,7 +82,7 @@ class Guard:
             await _refuse(send, 421, "the Host header must name this loopback endpoint")
             return
         try:
-            principal = self._principal(headers)
+            principal = self._principal(headers, scope)
         except Unauthenticated as exc:
             if self._audit.enabled:
                 client = scope.get("client")
@@ -96,13 +99,14 @@ class Guard:
             return True
         return origin.rstrip("/") in self._origins
 
-    def _principal(self, headers: dict[str, str]) -> Principal:
+    def _principal(self, headers: dict[str, str], scope: Scope) -> Principal:
         authenticator = self._authenticator()
         if not authenticator.enabled:
             return ANONYMOUS
         token = headers.get("authorization")
         metadata = [("authorization", token)] if token is not None else []
-        return authenticator.authenticate(metadata, {})
+        peer = self._peers.identity(scope) if self._peers is not None else {}
+        return authenticator.authenticate(metadata, peer)
 
 
 async def _refuse(

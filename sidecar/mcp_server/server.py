@@ -29,6 +29,7 @@ from sidecar.errors import StartupError
 from sidecar.mcp_server.guard import PRINCIPAL, Guard
 from sidecar.mcp_server.handlers import build_server, state_key, task_board
 from sidecar.security.identity import ANONYMOUS, Principal
+from sidecar.security.peers import PeerCertificates
 from sidecar.telemetry import own_version
 
 __all__ = ["McpFront"]
@@ -95,12 +96,14 @@ class McpFront:
             max_request_body_size=mcp.max_body_bytes,
             host=mcp.host,
         )
+        peers = PeerCertificates()
         guarded = Guard(
             app,
             authenticator=lambda: runtime.snapshot.authenticator,
             audit=runtime.audit,
             allowed_origins=mcp.allowed_origins,
             loopback=is_loopback(mcp.host),
+            peers=peers,
         )
         tls: dict[str, Any] = {}
         if config.server.tls is not None:
@@ -130,6 +133,7 @@ class McpFront:
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise StartupError(f"mcp: the TLS files cannot be used: {exc}") from None
+        settings.http_protocol_class = peers.protocol(settings.http_protocol_class)
         self._server = _Server(settings)
         self.port = sock.getsockname()[1]
         self._task = asyncio.get_running_loop().create_task(
