@@ -548,6 +548,9 @@ class RunRecord:
     callback_token: str = ""
     """Sent back with its callback (``X-A2A-Notification-Token``): the caller's check that
     the notification is about its task."""
+    callback_auth: bytes = b""
+    """An ``Authorization`` header for the receiver, sealed under the principal's callback
+    secret (``security.webhooks.seal_authorization``); empty: none."""
     callback_status: CallbackStatus = CallbackStatus.NONE
     callback_attempts: int = 0
     attempts: int = 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -63,6 +64,9 @@ PRINCIPAL = "agentsidecar.principal"
 SHAPE = "a2a"
 """The callback shape of runs A2A starts (``RunRecord.callback_shape``)."""
 _MAX_TOKEN = 512
+_MAX_CREDENTIALS = 4096
+_SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+"""An HTTP authentication scheme (RFC 9110's token)."""
 
 
 def push_body(run: RunRecord, context_id: str) -> bytes:
@@ -241,30 +245,22 @@ class TaskHandler(RequestHandler):
                 return skill
         return self._settings.skills[0]
 
-    def _callback(self, params: a2a_pb2.SendMessageRequest) -> tuple[str, str]:
-        """The push notification config's URL and token; empty when there is none."""
+    def _callback(self, params: a2a_pb2.SendMessageRequest) -> tuple[str, str, str]:
+        """The push notification config's URL, token and authorization; empty when there
+        is none."""
         if not params.configuration.HasField("task_push_notification_config"):
-            return "", ""
+            return "", "", ""
         push = params.configuration.task_push_notification_config
         return self._push_config(push, "configuration.task_push_notification_config.")
 
     def _push_config(
         self, push: a2a_pb2.TaskPushNotificationConfig, prefix: str
-    ) -> tuple[str, str]:
-        """A push notification config's URL and token, checked (``prefix``: where the
-        config is in the request, for the errors' field names)."""
+    ) -> tuple[str, str, str]:
+        """A push notification config's URL, token and ``Authorization`` header, checked
+        (``prefix``: where the config is in the request, for the errors' field names)."""
         if not self._push:
             raise PushNotificationNotSupportedError(
                 "push notifications are off: background.callbacks.allowed_hosts is empty"
-            )
-        if push.HasField("authentication"):
-            # Credentials for the receiver would be kept with the run, in the session
-            # store; the sidecar signs instead, and sends the token back.
-            raise InvalidParamsError(
-                "push notifications are signed with the principal's callback secret "
-                "(Standard Webhooks headers) and carry the config's token; no credentials "
-                "are kept or sent",
-                {"errors": [{"field": f"{prefix}authentication", "message": "leave it unset"}]},
             )
         if len(push.token) > _MAX_TOKEN or not all(" " < c < "\x7f" for c in push.token):
             raise InvalidParamsError(
@@ -272,7 +268,27 @@ class TaskHandler(RequestHandler):
                 "characters",
                 {"errors": [{"field": f"{prefix}token", "message": "not a header value"}]},
             )
-        return push.url, push.token
+        authorization = ""
+        if push.HasField("authentication"):
+            auth = push.authentication
+            if (
+                not _SCHEME.fullmatch(auth.scheme)
+                or not auth.credentials
+                or len(auth.credentials) > _MAX_CREDENTIALS
+                or not all(" " <= c < "\x7f" for c in auth.credentials)
+            ):
+                raise InvalidParamsError(
+                    "authentication is sent as the notification's Authorization header: a "
+                    f"scheme (an HTTP token) and credentials (at most {_MAX_CREDENTIALS} "
+                    "printable ASCII characters)",
+                    {
+                        "errors": [
+                            {"field": f"{prefix}authentication", "message": "not a header value"}
+                        ]
+                    },
+                )
+            authorization = f"{auth.scheme} {auth.credentials}"
+        return push.url, push.token, authorization
 
     async def _start(
         self, principal: Principal, params: a2a_pb2.SendMessageRequest, *, structured: bool
@@ -280,7 +296,7 @@ class TaskHandler(RequestHandler):
         message = params.message
         text = _text(message)
         skill = self._skill(params)
-        callback, token = self._callback(params)
+        callback, token, authorization = self._callback(params)
         shape = SHAPE if callback else ""
         context_id = message.context_id
         if not context_id:
@@ -295,6 +311,7 @@ class TaskHandler(RequestHandler):
                 callback_url=callback,
                 callback_shape=shape,
                 callback_token=token,
+                callback_authorization=authorization,
             )
         except SessionNotFound:
             # The context's first message: its session, under the caller's name for it.
@@ -310,6 +327,7 @@ class TaskHandler(RequestHandler):
                 callback_url=callback,
                 callback_shape=shape,
                 callback_token=token,
+                callback_authorization=authorization,
             )
         return run, context_id
 
@@ -506,9 +524,10 @@ class TaskHandler(RequestHandler):
         self, params: a2a_pb2.TaskPushNotificationConfig, context: ServerCallContext
     ) -> a2a_pb2.TaskPushNotificationConfig:
         principal = _principal(context)
-        url, token = self._push_config(params, "")
+        url, token, authorization = self._push_config(params, "")
         run = await self._runs.get(principal, params.task_id)
-        if run.callback_url == url and run.callback_token == token:
+        same = (run.callback_url, run.callback_token, bool(run.callback_auth))
+        if same == (url, token, bool(authorization)):
             return self._config_of(run)  # the one it has: safe to retry
         if run.state.finished:
             raise UnsupportedOperationError(
@@ -519,7 +538,9 @@ class TaskHandler(RequestHandler):
             raise UnsupportedOperationError(
                 "a task has one push notification config; delete it to set another"
             )
-        if not await self._runs.set_callback(principal, run.run_id, url, shape=SHAPE, token=token):
+        if not await self._runs.set_callback(
+            principal, run.run_id, url, shape=SHAPE, token=token, authorization=authorization
+        ):
             raise UnsupportedOperationError(
                 f"task {run.run_id} finished, or was given another push notification config, "
                 "meanwhile"

@@ -30,6 +30,7 @@ import binascii
 import hashlib
 import hmac
 import ipaddress
+import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +38,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sidecar.config import CallbackConfig, SidecarConfig
 from sidecar.errors import CallbackNotAllowed, FieldViolation, StartupError
@@ -180,6 +185,33 @@ def sign(secret: bytes, message_id: str, timestamp: int, body: bytes) -> str:
     signed = f"{message_id}.{timestamp}.".encode() + body
     digest = hmac.new(secret, signed, hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode()
+
+
+_SEAL_INFO = b"agent-sidecar/callback-authorization/v1"
+
+
+def _seal_key(secret: bytes) -> AESGCM:
+    key = HKDF(algorithm=SHA256(), length=32, salt=None, info=_SEAL_INFO).derive(secret)
+    return AESGCM(key)
+
+
+def seal_authorization(secret: bytes, run_id: str, value: str) -> bytes:
+    """``value`` (an ``Authorization`` header for the receiver) encrypted for keeping with
+    run ``run_id``, under a key derived from its principal's callback secret."""
+    nonce = os.urandom(12)
+    return nonce + _seal_key(secret).encrypt(nonce, value.encode(), run_id.encode())
+
+
+def open_authorization(secret: bytes, run_id: str, sealed: bytes) -> str:
+    """The header :func:`seal_authorization` sealed.
+
+    Raises:
+        ValueError: sealed under another secret (rotated since), or for another run.
+    """
+    try:
+        return _seal_key(secret).decrypt(sealed[:12], sealed[12:], run_id.encode()).decode()
+    except (InvalidTag, UnicodeDecodeError):
+        raise ValueError("sealed under another callback secret") from None
 
 
 def _read_secret(

@@ -88,13 +88,14 @@ CREATE TABLE IF NOT EXISTS agent_run_events (
 );
 ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_shape text NOT NULL DEFAULT '';
 ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_token text NOT NULL DEFAULT '';
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_auth bytea NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS agent_runs_by_principal ON agent_runs (principal, ordinal);
 """
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token"
+    " callback_shape, callback_token, callback_auth"
 )
 _LIGHT = _COLUMNS.replace("result,", "''::bytea AS result,").replace(
     "checkpoint,", "''::bytea AS checkpoint,"
@@ -155,6 +156,7 @@ def _record(row: asyncpg.Record) -> RunRecord:
         cancel_requested=row["cancel_requested"],
         callback_shape=row["callback_shape"],
         callback_token=row["callback_token"],
+        callback_auth=bytes(row["callback_auth"]),
     )
 
 
@@ -278,10 +280,10 @@ class PostgresRunStore:
                 run.ordinal = await conn.fetchval(
                     "INSERT INTO agent_runs (run_id, session_id, principal, input, structured,"
                     " state, create_time, update_time, callback_url, callback_status, attempts,"
-                    " owner, lease_until, callback_shape, callback_token)"
+                    " owner, lease_until, callback_shape, callback_token, callback_auth)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
                     " CASE WHEN $12::text IS NULL THEN NULL"
-                    " ELSE now() + make_interval(secs => $13) END, $14, $15)"
+                    " ELSE now() + make_interval(secs => $13) END, $14, $15, $16)"
                     " RETURNING ordinal",
                     run.run_id,
                     run.session_key,
@@ -298,6 +300,7 @@ class PostgresRunStore:
                     self._sessions.lease,
                     run.callback_shape,
                     run.callback_token,
+                    run.callback_auth,
                 )
             except asyncpg.ForeignKeyViolationError:
                 raise SessionNotFound(run.session_key) from None
@@ -469,17 +472,20 @@ class PostgresRunStore:
             if status != "UPDATE 0":
                 await _notify(conn, f"c:{run_id}")
 
-    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+    async def set_callback(
+        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+    ) -> bool:
         status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
         done = await self._pool.execute(
             "UPDATE agent_runs SET callback_url = $2, callback_shape = $3, callback_token = $4,"
-            " callback_status = $5 WHERE run_id = $1 AND end_time = 0"
+            " callback_status = $5, callback_auth = $6 WHERE run_id = $1 AND end_time = 0"
             " AND ($2 = '' OR callback_url IN ('', $2))",
             run_id,
             url,
             shape,
             token,
             status,
+            auth,
         )
         return bool(done != "UPDATE 0")
 

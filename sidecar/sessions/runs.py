@@ -196,9 +196,11 @@ class RunStore(Protocol):
         (sequence 1); False when it is not such a run."""
         ...
 
-    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
-        """Name the unfinished run's completion callback (``url`` empty: none); False when
-        the run has finished, or names another callback already."""
+    async def set_callback(
+        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+    ) -> bool:
+        """Name the unfinished run's completion callback (``url`` empty: none), with its
+        sealed credentials; False when the run has finished, or names another callback."""
         ...
 
     async def decide(self, run_id: str, call_id: str, approved: bool, reason: str) -> bool:
@@ -476,7 +478,9 @@ class MemoryRunStore:
         if held is not None and not held.record.state.finished:
             held.record.cancel_requested = True
 
-    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+    async def set_callback(
+        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+    ) -> bool:
         held = self._live(run_id)
         if held is None or held.record.end_time > 0:
             return False
@@ -484,6 +488,7 @@ class MemoryRunStore:
         if url and record.callback_url not in ("", url):
             return False
         record.callback_url, record.callback_shape, record.callback_token = url, shape, token
+        record.callback_auth = auth
         record.callback_status = CallbackStatus.PENDING if url else CallbackStatus.NONE
         return True
 

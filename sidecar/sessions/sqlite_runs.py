@@ -72,15 +72,16 @@ CREATE TABLE run_events (
 RUNS_CALLBACK_SHAPE = """
 ALTER TABLE runs ADD COLUMN callback_shape TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN callback_token TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN callback_auth BLOB NOT NULL DEFAULT x'';
 CREATE INDEX runs_by_principal ON runs (principal, ordinal);
 """
-"""Schema 5: what a run's callback delivers and the token it carries back; a principal's
-runs across its sessions, listed."""
+"""Schema 5: what a run's callback delivers, the token it carries back and the sealed
+credentials it presents; a principal's runs across its sessions, listed."""
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token"
+    " callback_shape, callback_token, callback_auth"
 )
 _LIGHT = _COLUMNS.replace("result,", "x'',").replace("checkpoint,", "x'',")
 """The columns of a listing: no result, no checkpoint."""
@@ -111,6 +112,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         cancel_requested=bool(row[20]),
         callback_shape=row[21],
         callback_token=row[22],
+        callback_auth=bytes(row[23]),
     )
 
 
@@ -229,8 +231,8 @@ class SqliteRunStore:
                 cursor = db.execute(
                     "INSERT INTO runs (run_id, session_id, principal, input, structured, state,"
                     " create_time, update_time, callback_url, callback_status, attempts, owner,"
-                    " callback_shape, callback_token)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " callback_shape, callback_token, callback_auth)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.run_id,
                         run.session_key,
@@ -246,6 +248,7 @@ class SqliteRunStore:
                         owner,
                         run.callback_shape,
                         run.callback_token,
+                        run.callback_auth,
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -438,14 +441,16 @@ class SqliteRunStore:
             )
         )
 
-    async def set_callback(self, run_id: str, url: str, shape: str, token: str) -> bool:
+    async def set_callback(
+        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+    ) -> bool:
         status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
         cursor = await self._sessions.execute_write(
             lambda: self._db().execute(
                 "UPDATE runs SET callback_url = ?, callback_shape = ?, callback_token = ?,"
-                " callback_status = ? WHERE run_id = ? AND end_time = 0"
+                " callback_auth = ?, callback_status = ? WHERE run_id = ? AND end_time = 0"
                 " AND (? = '' OR callback_url IN ('', ?))",
-                (url, shape, token, status, run_id, url, url),
+                (url, shape, token, auth, status, run_id, url, url),
             )
         )
         return bool(cursor.rowcount)

@@ -184,6 +184,7 @@ async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
         request = user_message("two reads")
         push = request.configuration.task_push_notification_config
         push.url, push.token = hook.url, "alice-check-42"
+        push.authentication.scheme, push.authentication.credentials = "Bearer", "hook-secret"
         (response,) = await collect(client.send_message(request))
         task_id = response.task.id
         (delivery,) = await hook.wait(1)
@@ -197,22 +198,26 @@ async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
             bad_push.url = hook.url
             setattr(bad_push, field, value)
             refused.append(bad)
-        with_credentials = user_message("two reads")
-        creds = with_credentials.configuration.task_push_notification_config
-        creds.url = hook.url
-        creds.authentication.scheme, creds.authentication.credentials = "Bearer", "secret"
-        refused.append(with_credentials)
+        for scheme, credentials in (("Two words", "x"), ("Bearer", "a\nb"), ("Bearer", "")):
+            bad_auth = user_message("two reads")
+            creds = bad_auth.configuration.task_push_notification_config
+            creds.url = hook.url
+            creds.authentication.scheme, creds.authentication.credentials = scheme, credentials
+            refused.append(bad_auth)
         for bad in refused:
             with pytest.raises(InvalidParamsError):
                 await collect(client.send_message(bad))
     assert signed_correctly(delivery, ALICE_SECRET)
     assert delivery.headers["x-a2a-notification-token"] == "alice-check-42"
+    # The credentials were kept sealed with the run, and presented to the receiver.
+    assert delivery.headers["authorization"] == "Bearer hook-secret"
     # The body is what A2A's JSON binding writes: a StreamResponse holding the task.
     pushed = json_format.Parse(delivery.body, a2a_pb2.StreamResponse())
     assert pushed.task.id == task_id and pushed.task.context_id == response.task.context_id
     assert pushed.task.status.state == S.TASK_STATE_COMPLETED
     assert _text(pushed.task.artifacts[0].parts) == _text(response.task.artifacts[0].parts)
     assert [(c.url, c.token) for c in configs.configs] == [(hook.url, "alice-check-42")]
+    assert not configs.configs[0].HasField("authentication")  # never shown back
     assert len(hook.deliveries) == 1  # the refused messages started nothing
 
 

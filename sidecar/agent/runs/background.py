@@ -53,7 +53,7 @@ from sidecar.errors import (
 )
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import Principal
-from sidecar.security.webhooks import check_allowed, url_problems
+from sidecar.security.webhooks import check_allowed, seal_authorization, url_problems
 from sidecar.sessions.runs import RunBounds
 from sidecar.sessions.store import SessionStore
 from sidecar.types import CallbackStatus, RunOutcome, RunRecord, RunState, StopReason
@@ -190,6 +190,7 @@ class BackgroundRuns:
         callback_url: str = "",
         callback_shape: str = "",
         callback_token: str = "",
+        callback_authorization: str = "",
         problems: Sequence[FieldViolation] = (),
     ) -> RunRecord:
         """Start a background run in the principal's session.
@@ -198,6 +199,8 @@ class BackgroundRuns:
             callback_shape: What the callback delivers: empty, the run's final state; or a
                 shape a front registered (``callback_shapes``).
             callback_token: Sent back with the callback (``X-A2A-Notification-Token``).
+            callback_authorization: An ``Authorization`` header the callback presents to
+                its receiver; kept sealed under the principal's callback secret.
             problems: What the front found wrong with the request's own fields.
 
         Raises:
@@ -238,8 +241,9 @@ class BackgroundRuns:
                     "principals), so its callbacks could not be signed"
                 )
         now = time.time()
+        run_id = uuid.uuid4().hex
         run = RunRecord(
-            run_id=uuid.uuid4().hex,
+            run_id=run_id,
             session_key=key,
             principal=principal.name,
             input=user_input,
@@ -250,6 +254,7 @@ class BackgroundRuns:
             callback_url=callback_url,
             callback_shape=callback_shape,
             callback_token=callback_token,
+            callback_auth=self._sealed(principal, run_id, callback_authorization),
             callback_status=CallbackStatus.PENDING if callback_url else CallbackStatus.NONE,
         )
         runner = self._runner
@@ -402,6 +407,7 @@ class BackgroundRuns:
         *,
         shape: str = "",
         token: str = "",
+        authorization: str = "",
     ) -> bool:
         """Name (``url``) or drop (empty) the principal's unfinished run's completion
         callback, under the rules of a callback named at the start.
@@ -424,13 +430,18 @@ class BackgroundRuns:
                 )
         # The runner learns first: a run that finishes meanwhile then either finds the
         # callback in the store, or the store refuses it (and the runner forgets it).
+        auth = self._sealed(principal, run_id, authorization) if url else b""
         runner = self._runner
         if runner is not None:
-            runner.note_callback(run_id, url, shape, token)
-        if not await self._store.set_callback(run_id, url, shape, token):
+            runner.note_callback(run_id, url, shape, token, auth)
+        if not await self._store.set_callback(run_id, url, shape, token, auth):
             if runner is not None:
                 runner.note_callback(
-                    run_id, run.callback_url, run.callback_shape, run.callback_token
+                    run_id,
+                    run.callback_url,
+                    run.callback_shape,
+                    run.callback_token,
+                    run.callback_auth,
                 )
             return False
         if self._audit.enabled:
@@ -441,6 +452,14 @@ class BackgroundRuns:
                 host=urlsplit(url).hostname if url else None,
             )
         return True
+
+    def _sealed(self, principal: Principal, run_id: str, authorization: str) -> bytes:
+        if not authorization:
+            return b""
+        secret = self._snapshot().callback_secrets.get(principal.name)
+        if secret is None:
+            raise CallbackNotAllowed("no callback secret is configured for this principal")
+        return seal_authorization(secret, run_id, authorization)
 
     async def _cancel_queued(self, run_id: str) -> bool:
         """Cancel a run no replica has taken up yet; False when it is not such a run."""

@@ -25,7 +25,13 @@ from sidecar.agent.runs.codec import RunCodec
 from sidecar.config import CallbackConfig
 from sidecar.errors import CallbackNotAllowed
 from sidecar.security.audit import AuditLog
-from sidecar.security.webhooks import AddressRefused, VettedResolver, check_allowed, sign
+from sidecar.security.webhooks import (
+    AddressRefused,
+    VettedResolver,
+    check_allowed,
+    open_authorization,
+    sign,
+)
 from sidecar.sessions.runs import RunStore
 from sidecar.types import CallbackStatus, RunRecord
 
@@ -172,6 +178,11 @@ class Callbacks:
         }
         if run.callback_token:
             headers["x-a2a-notification-token"] = run.callback_token
+        if run.callback_auth:
+            try:
+                headers["authorization"] = open_authorization(secret, run.run_id, run.callback_auth)
+            except ValueError as exc:
+                raise _Refused(f"its credentials cannot be opened: {exc}") from None
         try:
             async with self._session().post(
                 run.callback_url,

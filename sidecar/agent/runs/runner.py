@@ -214,12 +214,13 @@ class Runner:
     def holds(self, run_id: str) -> bool:
         return run_id in self._active
 
-    def note_callback(self, run_id: str, url: str, shape: str, token: str) -> None:
+    def note_callback(self, run_id: str, url: str, shape: str, token: str, auth: bytes) -> None:
         """A run held here was given a callback (or lost it) since it was taken."""
         active = self._active.get(run_id)
         if active is not None:
             record = active.record
             record.callback_url, record.callback_shape, record.callback_token = url, shape, token
+            record.callback_auth = auth
 
     def _busy(self) -> int:
         return len(self._active) + self._reserved
