@@ -166,6 +166,46 @@ report('errors', {
   stillServing: stateName((await alice.sendMessage(userMessage('two reads'))).status),
 });
 
+// An approval: the task waits for input; a follow-up message on it answers.
+const waiting = await alice.sendMessage(userMessage('Please refund order 20250101'));
+const approved = await alice.sendMessage(
+  userMessage('approve', { taskId: waiting.id, contextId: waiting.contextId }),
+);
+report('approval', {
+  waiting: stateName(waiting.status),
+  sameTask: approved.id === waiting.id,
+  done: stateName(approved.status),
+});
+
+// A background task, started without waiting and watched afterwards, as a client that
+// reconnects does: the stream resumes from the task as it is and runs to its end.
+const background = await polling.sendMessage(userMessage('three slow reads please'));
+const watched = [];
+for await (const event of alice.resubscribeTask({ id: background.id })) {
+  watched.push(event);
+}
+const watchedStatuses = watched
+  .filter((e) => e.payload?.$case === 'statusUpdate')
+  .map((e) => e.payload.value);
+report('reconnected', {
+  started: stateName(background.status),
+  first: watched[0].payload?.$case,
+  final: stateName(watchedStatuses[watchedStatuses.length - 1]?.status ?? watched[0].payload.value.status),
+});
+
+// A push notification: the config with the message, delivered when the task ends.
+const pushed = await alice.sendMessage({
+  ...userMessage('two reads'),
+  configuration: {
+    taskPushNotificationConfig: {
+      url: process.env.PUSH_URL,
+      token: 'js-token',
+      authentication: { scheme: 'Bearer', credentials: 'js-receiver-secret' },
+    },
+  },
+});
+report('push', { id: pushed.id, state: stateName(pushed.status) });
+
 // A caller whose token names no principal is refused before its request is read: HTTP 401,
 // which the SDK reports as an HTTP error (it is no A2A error).
 const stranger = await clientFor('wrong-token');
