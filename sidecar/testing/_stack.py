@@ -115,7 +115,8 @@ def sidecar(
     """Start a sidecar with ``config`` on a free port (unless the config names one).
 
     Its configuration file goes to ``workdir``; so does its SQLite session store, unless
-    ``config`` has a ``sessions`` section. The process sees no ``GROQ_API_KEY``.
+    ``config`` names another store or another file (never the working directory's default
+    file, which would outlive the test). The process sees no ``GROQ_API_KEY``.
 
     Args:
         config: The configuration, as :func:`sidecar_config` builds it.
@@ -126,7 +127,12 @@ def sidecar(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config)
-    config.setdefault("sessions", {"sqlite": {"path": str(workdir / "sessions.db")}})
+    sessions = dict(config.get("sessions") or {})
+    if sessions.get("store", "sqlite") == "sqlite":
+        sqlite = dict(sessions.get("sqlite") or {})
+        sqlite.setdefault("path", str(workdir / "sessions.db"))
+        sessions["sqlite"] = sqlite
+    config["sessions"] = sessions
     path = workdir / "sidecar.yaml"
     suffix = 1
     while path.exists():  # several sidecars may share one directory
