@@ -302,33 +302,26 @@ class TaskHandler(RequestHandler):
         if not context_id:
             session = await self._agent.create_session(principal, skill.profile, "", {})
             context_id = session.session_id
+        start = functools.partial(
+            self._runs.start,
+            principal,
+            context_id,
+            text,
+            structured=structured,
+            callback_url=callback,
+            callback_shape=shape,
+            callback_token=token,
+            callback_authorization=authorization,
+        )
         try:
-            run = await self._runs.start(
-                principal,
-                context_id,
-                text,
-                structured=structured,
-                callback_url=callback,
-                callback_shape=shape,
-                callback_token=token,
-                callback_authorization=authorization,
-            )
+            run = await start()
         except SessionNotFound:
             # The context's first message: its session, under the caller's name for it.
             try:
                 await self._agent.create_session(principal, skill.profile, context_id, {})
             except SessionExists:
                 pass  # another message of the same context made it meanwhile
-            run = await self._runs.start(
-                principal,
-                context_id,
-                text,
-                structured=structured,
-                callback_url=callback,
-                callback_shape=shape,
-                callback_token=token,
-                callback_authorization=authorization,
-            )
+            run = await start()
         return run, context_id
 
     async def _follow_up(

@@ -229,21 +229,20 @@ class PostgresRunStore:
         return _record(row) if row is not None else None
 
     async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        rows = await self._pool.fetch(
-            f"SELECT {_LIGHT} FROM agent_runs WHERE principal = $1 AND {_NOT_EXPIRED}"
-            " AND ordinal < $3 ORDER BY ordinal DESC LIMIT $4",
-            principal,
-            self._expired(),
-            before if before is not None else 2**62,
-            limit,
-        )
-        return [_record(row) for row in rows]
+        return await self._page("principal", principal, before, limit)
 
     async def page(self, session_key: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        return await self._page("session_id", session_key, before, limit)
+
+    async def _page(
+        self, column: str, value: str, before: int | None, limit: int
+    ) -> list[RunRecord]:
+        """A listing of the runs whose ``column`` (``session_id`` or ``principal``, each
+        indexed with the ordinal) is ``value``."""
         rows = await self._pool.fetch(
-            f"SELECT {_LIGHT} FROM agent_runs WHERE session_id = $1 AND {_NOT_EXPIRED}"
+            f"SELECT {_LIGHT} FROM agent_runs WHERE {column} = $1 AND {_NOT_EXPIRED}"
             " AND ordinal < $3 ORDER BY ordinal DESC LIMIT $4",
-            session_key,
+            value,
             self._expired(),
             before if before is not None else 2**62,
             limit,

@@ -345,21 +345,20 @@ class MemoryRunStore:
         return replace(held.record, pending=list(held.record.pending)) if held else None
 
     async def page(self, session_key: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        runs = [
-            h.record
-            for h in list(self._runs.values())
-            if h.record.session_key == session_key
-            and (before is None or h.record.ordinal < before)
-            and self._live(h.record.run_id)
-        ]
-        runs.sort(key=lambda r: -r.ordinal)
-        return [replace(r, result=b"", checkpoint=b"") for r in runs[:limit]]
+        return self._newest(lambda r: r.session_key == session_key, before, limit)
 
     async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
+        return self._newest(lambda r: r.principal == principal, before, limit)
+
+    def _newest(
+        self, chosen: Callable[[RunRecord], bool], before: int | None, limit: int
+    ) -> list[RunRecord]:
+        """Up to ``limit`` chosen live runs older than ``before``, newest first, as a
+        listing shows them (no result, no checkpoint)."""
         runs = [
             h.record
             for h in list(self._runs.values())
-            if h.record.principal == principal
+            if chosen(h.record)
             and (before is None or h.record.ordinal < before)
             and self._live(h.record.run_id)
         ]

@@ -163,30 +163,24 @@ class SqliteRunStore:
         return _record(row) if row is not None else None
 
     async def page(self, session_key: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        return await self._sessions.execute(self._page_sync, session_key, before, limit)
-
-    def _page_sync(self, session_key: str, before: int | None, limit: int) -> list[RunRecord]:
-        rows = (
-            self._db()
-            .execute(
-                f"SELECT {_LIGHT} FROM runs WHERE session_id = ? AND ordinal < ?"
-                " AND (end_time = 0 OR end_time >= ?) ORDER BY ordinal DESC LIMIT ?",
-                (session_key, before if before is not None else 2**62, self._expired(), limit),
-            )
-            .fetchall()
+        return await self._sessions.execute(
+            self._page_sync, "session_id", session_key, before, limit
         )
-        return [_record(row) for row in rows]
 
     async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        return await self._sessions.execute(self._page_of_sync, principal, before, limit)
+        return await self._sessions.execute(self._page_sync, "principal", principal, before, limit)
 
-    def _page_of_sync(self, principal: str, before: int | None, limit: int) -> list[RunRecord]:
+    def _page_sync(
+        self, column: str, value: str, before: int | None, limit: int
+    ) -> list[RunRecord]:
+        """A listing of the runs whose ``column`` (``session_id`` or ``principal``, each
+        indexed with the ordinal) is ``value``."""
         rows = (
             self._db()
             .execute(
-                f"SELECT {_LIGHT} FROM runs WHERE principal = ? AND ordinal < ?"
+                f"SELECT {_LIGHT} FROM runs WHERE {column} = ? AND ordinal < ?"
                 " AND (end_time = 0 OR end_time >= ?) ORDER BY ordinal DESC LIMIT ?",
-                (principal, before if before is not None else 2**62, self._expired(), limit),
+                (value, before if before is not None else 2**62, self._expired(), limit),
             )
             .fetchall()
         )

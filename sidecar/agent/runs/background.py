@@ -233,13 +233,7 @@ class BackgroundRuns:
             raise ProfileRemoved(session_id, session.profile)
         check_input(user_input, profile.config.max_input_chars)
         if callback_url:
-            check_allowed(callback_url, self.settings.callbacks)
-            if principal.name not in snapshot.callback_secrets:
-                raise CallbackNotAllowed(
-                    "no callback secret is configured for this principal (auth.principals[]"
-                    ".callback_secret_env, or background.callbacks.secret_env without "
-                    "principals), so its callbacks could not be signed"
-                )
+            self._check_callback(principal, callback_url)
         now = time.time()
         run_id = uuid.uuid4().hex
         run = RunRecord(
@@ -422,12 +416,7 @@ class BackgroundRuns:
         run = await self.get(principal, run_id)
         if url:
             refuse(url_problems(url))
-            check_allowed(url, self.settings.callbacks)
-            if principal.name not in self._snapshot().callback_secrets:
-                raise CallbackNotAllowed(
-                    "no callback secret is configured for this principal, so its callbacks "
-                    "could not be signed"
-                )
+            self._check_callback(principal, url)
         # The runner learns first: a run that finishes meanwhile then either finds the
         # callback in the store, or the store refuses it (and the runner forgets it).
         auth = self._sealed(principal, run_id, authorization) if url else b""
@@ -452,6 +441,17 @@ class BackgroundRuns:
                 host=urlsplit(url).hostname if url else None,
             )
         return True
+
+    def _check_callback(self, principal: Principal, url: str) -> None:
+        """Raises CallbackNotAllowed: the configuration refuses ``url``, or the principal
+        has no secret to sign its callbacks with."""
+        check_allowed(url, self.settings.callbacks)
+        if principal.name not in self._snapshot().callback_secrets:
+            raise CallbackNotAllowed(
+                "no callback secret is configured for this principal (auth.principals[]"
+                ".callback_secret_env, or background.callbacks.secret_env without "
+                "principals), so its callbacks could not be signed"
+            )
 
     def _sealed(self, principal: Principal, run_id: str, authorization: str) -> bytes:
         if not authorization:
