@@ -52,9 +52,16 @@ def _sidecar_module(source: Path | None) -> str:
     return "sidecar" if (tree / "sidecar" / "__main__.py").exists() else "sidecar.cli"
 
 
+BENCH_MODELS = ("bench-model", "bench-light-model", "soak-model", "simulated")
+"""Model names the benchmarks' sidecars send: served by their simulators beside Groq's
+current ones, as a local endpoint's models (which do not reason)."""
+SERVE_BENCH_MODELS = tuple(f for name in BENCH_MODELS for f in ("--serve-model", name))
+"""The simulator's flags that serve :data:`BENCH_MODELS`."""
+
+
 def simulator(*flags: str) -> ServerProcess:
     """The LLM simulator (instant unless latency flags say otherwise)."""
-    return start("-m", "llmsim", "--port", "0", *flags)
+    return start("-m", "llmsim", "--port", "0", *SERVE_BENCH_MODELS, *flags)
 
 
 def shop(

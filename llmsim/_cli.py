@@ -74,6 +74,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="length of the rate-limit windows in seconds (default %(default)s)",
     )
     parser.add_argument(
+        "--serve-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve this model id too, besides Groq's current ones (repeatable)",
+    )
+    parser.add_argument(
+        "--flex-full",
+        action="store_true",
+        help="answer every service_tier: flex request 498 capacity_exceeded",
+    )
+    parser.add_argument(
         "--enforce-ratelimits",
         action="store_true",
         help="answer 429 once a window's budget is spent (default: report only)",
@@ -112,6 +124,8 @@ def options_from_args(args: argparse.Namespace) -> SimulatorOptions:
         ratelimit_tokens=args.ratelimit_tokens,
         ratelimit_window_s=args.ratelimit_window_s,
         enforce_ratelimits=args.enforce_ratelimits,
+        extra_models=tuple(args.serve_model),
+        flex_full=args.flex_full,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,

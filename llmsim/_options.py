@@ -78,6 +78,14 @@ class SimulatorOptions:
     tls_key: str | None = None
     """PEM private key of ``tls_cert``."""
 
+    extra_models: tuple[str, ...] = ()
+    """Model ids served besides Groq's current ones (``llmsim._models.SERVED``), as models
+    that do not reason: a local endpoint's names. Any other name is a 404."""
+
+    flex_full: bool = False
+    """Answer every ``service_tier: flex`` request ``498 capacity_exceeded`` (also
+    ``POST /sim/flex``). Default off."""
+
     tls_client_ca: str | None = None
     """PEM CA bundle client certificates must be signed by: set, a client without such a
     certificate cannot connect (mutual TLS). ``None`` (default) asks for none."""

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from llmsim._errors import FaultSpecError
 from llmsim._faults import Fault, FaultQueue, OnceGate, parse_fault, parse_faults
+from llmsim._models import SERVED, model_problem, reasoning_plan, reasoning_text
 from llmsim._options import SYSTEM_FINGERPRINT, TEXT_PREFIX, SimulatorOptions
 from llmsim._planner import Planner, Reply
 from llmsim._prompt_cache import PromptCache
@@ -33,6 +34,7 @@ from llmsim._wire import (
     DONE,
     ROLE_DELTA,
     ChunkWriter,
+    Thinking,
     Timing,
     chunk_count,
     completion,
@@ -52,8 +54,13 @@ TOOL_USE_FAILED_MESSAGE: Final = (
     "Failed to call a function. Please adjust your prompt. "
     "See 'failed_generation' for more details."
 )
-MODELS: Final = ("llama-3.3-70b-versatile", "llama-3.1-8b-instant", "openai/gpt-oss-20b")
-"""Model ids ``GET /models`` lists; any other model name is accepted and echoed too."""
+MODELS: Final = tuple(SERVED)
+"""Model ids ``GET /models`` lists (and ``SimulatorOptions.extra_models``); a request
+naming another is answered ``404 model_not_found``, as Groq answers a retired model."""
+FLEX_FULL_MESSAGE: Final = (
+    "The flex tier is at capacity: the request was not processed. Retry later, or send it "
+    "on another service_tier."
+)
 
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -115,6 +122,10 @@ class LLMSimulator:
             opts.ratelimit_requests, opts.ratelimit_tokens, opts.ratelimit_window_s
         )
         self._prompt_cache = PromptCache()
+        self._served: dict[str, tuple[str, ...] | None] = dict(SERVED)
+        self._served.update({name: None for name in opts.extra_models if name not in SERVED})
+        self.flex_full = opts.flex_full
+        """Answer every ``service_tier: flex`` request ``498 capacity_exceeded``."""
         self._stats = _Stats()
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -222,8 +233,10 @@ class LLMSimulator:
         }
 
     def reset(self) -> None:
-        """Zero the counters, drop queued faults and scripted-fault counts, refill budgets."""
+        """Zero the counters, drop queued faults and scripted-fault counts, refill budgets,
+        and give the flex tier back the capacity the options gave it."""
         self._stats = _Stats()
+        self.flex_full = self._options.flex_full
         self._faults.clear()
         self._step_faults.clear()
         self._limits.reset()
@@ -240,6 +253,7 @@ class LLMSimulator:
         app.router.add_delete("/sim/faults", self._delete_faults)
         app.router.add_get("/sim/stats", self._get_stats)
         app.router.add_post("/sim/reset", self._post_reset)
+        app.router.add_post("/sim/flex", self._post_flex)
         app.router.add_get("/healthz", self._healthz)
         return app
 
@@ -276,6 +290,16 @@ class LLMSimulator:
             return self._error(
                 400, problem, {"x-request-id": request_id, "x-simulator": SYSTEM_FINGERPRINT}
             )
+        refused = model_problem(body, self._served)
+        if refused is not None:
+            return self._error(
+                refused[0],
+                refused[1],
+                {"x-request-id": request_id, "x-simulator": SYSTEM_FINGERPRINT},
+                prefix="",
+            )
+        tier = body.get("service_tier")
+        answered_tier = "on_demand" if tier in (None, "auto") else str(tier)
         stream = body.get("stream") is True
         if stream:
             stats.streamed += 1
@@ -289,6 +313,8 @@ class LLMSimulator:
             message = "Rate limit reached: the simulated budget for this window is spent."
             return self._error(429, message, headers)
 
+        if tier == "flex" and self.flex_full:
+            return self._error(498, FLEX_FULL_MESSAGE, headers, prefix="")
         fault = self._faults.take()
         reply = self._planner.plan(body)
         step = reply.step
@@ -328,9 +354,23 @@ class LLMSimulator:
 
         ids = [f"call_{self._ids.getrandbits(96):024x}" for _ in reply.tool_calls]
         cached = self._prompt_cache.cached_tokens(body, prompt_tokens)
+        plan = reasoning_plan(body, self._served)
+        reasoning = plan.tokens if plan is not None else 0
+        thinking = None
+        if plan is not None and plan.shown is not None:
+            thinking = Thinking(reasoning_text(plan, _last_user_text(body)), plan.shown)
         if stream:
             return await self._stream(
-                request, body, reply, ids, headers, arrived, prompt_tokens, cached, disconnect
+                request,
+                body,
+                reply,
+                ids,
+                headers,
+                arrived,
+                (prompt_tokens, cached, reasoning),
+                disconnect,
+                thinking,
+                answered_tier,
             )
         planned = time.perf_counter()
         await _until(arrived + self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached))
@@ -344,6 +384,7 @@ class LLMSimulator:
             completion_tokens(reply),
             cached,
             Timing(planned - arrived, first - planned, done - first),
+            reasoning,
         )
         stats.by_status["200"] += 1
         payload = completion(
@@ -353,6 +394,8 @@ class LLMSimulator:
             reply,
             ids,
             usage_doc,
+            thinking=thinking,
+            service_tier=answered_tier,
         )
         return web.Response(body=payload, headers=headers, content_type="application/json")
 
@@ -364,12 +407,17 @@ class LLMSimulator:
         ids: list[str],
         headers: dict[str, str],
         arrived: float,
-        prompt_tokens: int,
-        cached: int,
+        tokens: tuple[int, int, int],
         disconnect: bool,
+        thinking: Thinking | None,
+        service_tier: str,
     ) -> web.StreamResponse:
+        prompt_tokens, cached, reasoning = tokens
         writer = ChunkWriter(
-            f"chatcmpl-{self._ids.getrandbits(96):024x}", int(time.time()), body["model"]
+            f"chatcmpl-{self._ids.getrandbits(96):024x}",
+            int(time.time()),
+            body["model"],
+            service_tier,
         )
         planned = time.perf_counter()
         await _until(arrived + self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached))
@@ -377,7 +425,10 @@ class LLMSimulator:
         await response.prepare(request)
         self._stats.by_status["200"] += 1
         first = time.perf_counter()
-        frames = [writer.delta(ROLE_DELTA), *map(writer.delta, stream_deltas(reply, ids))]
+        frames = [
+            writer.delta(ROLE_DELTA),
+            *map(writer.delta, stream_deltas(reply, ids, thinking)),
+        ]
         if disconnect:
             # Half the answer, then the connection goes: a stream cut mid-way.
             await response.write(b"".join(frames[: max(1, len(frames) // 2)]))
@@ -394,7 +445,7 @@ class LLMSimulator:
         options = body.get("stream_options")
         if isinstance(options, Mapping) and options.get("include_usage") is True:
             timing = Timing(planned - arrived, first - planned, time.perf_counter() - first)
-            usage_doc = usage(prompt_tokens, completion_tokens(reply), cached, timing)
+            usage_doc = usage(prompt_tokens, completion_tokens(reply), cached, timing, reasoning)
             frames.append(writer.usage(usage_doc))
         frames.append(DONE)
         # Zero-latency streams go out in one write: cheap for benchmarks, same bytes.
@@ -417,7 +468,7 @@ class LLMSimulator:
         created = 1_700_000_000
         data = [
             {"id": name, "object": "model", "created": created, "owned_by": SYSTEM_FINGERPRINT}
-            for name in MODELS
+            for name in self._served
         ]
         return _json({"object": "list", "data": data})
 
@@ -437,6 +488,17 @@ class LLMSimulator:
     async def _post_reset(self, request: web.Request) -> web.Response:
         self.reset()
         return _json({"reset": True})
+
+    async def _post_flex(self, request: web.Request) -> web.Response:
+        """``{"full": true}``: every ``flex`` request is answered 498 until ``false``."""
+        try:
+            full = orjson.loads(await request.read()).get("full")
+        except (orjson.JSONDecodeError, AttributeError):
+            full = None
+        if not isinstance(full, bool):
+            return _json({"error": {"message": 'send {"full": true|false}'}}, 400)
+        self.flex_full = full
+        return _json({"full": full})
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return _json({"status": "ok", "simulator": SYSTEM_FINGERPRINT})
@@ -512,6 +574,13 @@ class LLMSimulator:
         if jitter <= 0:
             return seconds
         return max(0.0, seconds + self._rng.uniform(-jitter, jitter))
+
+
+def _last_user_text(body: Mapping[str, Any]) -> str:
+    for message in reversed(body["messages"]):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return str(message["content"])
+    return ""
 
 
 def _subject(cert: Any) -> str | None:

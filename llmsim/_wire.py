@@ -95,6 +95,15 @@ def chunk_count(reply: Reply) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Thinking:
+    """The reasoning an answer shows: ``where`` is ``parsed`` (its own field) or ``raw``
+    (inside ``<think>`` tags in the content)."""
+
+    text: str
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
 class Timing:
     """Groq's per-response timing, in seconds."""
 
@@ -103,9 +112,13 @@ class Timing:
     completion: float
 
 
-def usage(prompt: int, completion: int, cached: int, timing: Timing) -> dict[str, Any]:
-    """The ``usage`` object, with Groq's timing fields."""
-    return {
+def usage(
+    prompt: int, completion: int, cached: int, timing: Timing, reasoning: int = 0
+) -> dict[str, Any]:
+    """The ``usage`` object, with Groq's timing fields; ``reasoning`` tokens are part of
+    ``completion`` (``completion_tokens_details.reasoning_tokens``)."""
+    completion += reasoning
+    doc: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
@@ -115,15 +128,25 @@ def usage(prompt: int, completion: int, cached: int, timing: Timing) -> dict[str
         "completion_time": timing.completion,
         "total_time": timing.queue + timing.prompt + timing.completion,
     }
+    if reasoning:
+        doc["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return doc
 
 
-def message(reply: Reply, ids: list[str]) -> dict[str, Any]:
+def message(reply: Reply, ids: list[str], thinking: Thinking | None = None) -> dict[str, Any]:
     """The assistant ``message`` of a non-streamed completion; ``ids`` are the call ids."""
+    shown: dict[str, Any] = {}
+    if thinking is not None and thinking.where == "parsed":
+        shown["reasoning"] = thinking.text
     if not reply.tool_calls:
-        return {"role": "assistant", "content": reply.text}
+        content = reply.text
+        if thinking is not None and thinking.where == "raw":
+            content = f"<think>{thinking.text}</think>{content or ''}"
+        return {"role": "assistant", "content": content, **shown}
     return {
         "role": "assistant",
         "content": None,
+        **shown,
         "tool_calls": [
             {
                 "id": call_id,
@@ -142,6 +165,9 @@ def completion(
     reply: Reply,
     ids: list[str],
     usage_doc: dict[str, Any],
+    *,
+    thinking: Thinking | None = None,
+    service_tier: str = "on_demand",
 ) -> bytes:
     """A whole ``chat.completion`` body."""
     return orjson.dumps(
@@ -150,10 +176,11 @@ def completion(
             "object": "chat.completion",
             "created": created,
             "model": model,
+            "service_tier": service_tier,
             "choices": [
                 {
                     "index": 0,
-                    "message": message(reply, ids),
+                    "message": message(reply, ids, thinking),
                     "logprobs": None,
                     "finish_reason": reply.finish_reason,
                 }
@@ -169,10 +196,13 @@ class ChunkWriter:
 
     __slots__ = ("_envelope", "_head")
 
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
+    def __init__(
+        self, completion_id: str, created: int, model: str, service_tier: str = "on_demand"
+    ) -> None:
         envelope = (
             b'{"id":"' + completion_id.encode() + b'","object":"chat.completion.chunk",'
             b'"created":' + str(created).encode() + b',"model":' + orjson.dumps(model) + b","
+            b'"service_tier":' + orjson.dumps(service_tier) + b","
             b'"system_fingerprint":"' + SYSTEM_FINGERPRINT.encode() + b'",'
         )
         self._envelope = b"data: " + envelope
@@ -191,11 +221,18 @@ class ChunkWriter:
         return self._envelope + b'"choices":[],"usage":' + orjson.dumps(usage_doc) + b"}\n\n"
 
 
-def stream_deltas(reply: Reply, ids: list[str]) -> list[dict[str, Any]]:
-    """The deltas that stream the reply after the role chunk."""
-    if not reply.tool_calls:
-        return [{"content": piece} for piece in text_pieces(reply.text or "")]
+def stream_deltas(
+    reply: Reply, ids: list[str], thinking: Thinking | None = None
+) -> list[dict[str, Any]]:
+    """The deltas that stream the reply after the role chunk: reasoning first."""
     deltas: list[dict[str, Any]] = []
+    if thinking is not None and thinking.where == "parsed":
+        deltas += [{"reasoning": piece} for piece in text_pieces(thinking.text)]
+    if not reply.tool_calls:
+        text = reply.text or ""
+        if thinking is not None and thinking.where == "raw":
+            text = f"<think>{thinking.text}</think>{text}"
+        return deltas + [{"content": piece} for piece in text_pieces(text)]
     for index, (call_id, call) in enumerate(zip(ids, reply.tool_calls, strict=True)):
         deltas.append(
             {

@@ -24,10 +24,15 @@ from pydantic import (
     model_validator,
 )
 
+from sidecar import catalog
+from sidecar.catalog import DEFAULT_ANSWER_MODEL
 from sidecar.errors import ConfigError
 from sidecar.schemas import compile_schema_safely
 
 GROQ_BASE_URL = "https://api.groq.com/openai/v1"
+REASONING_OUTPUT_RESERVE = 16_384
+"""Tokens a reasoning model's answer is assumed to take, its reasoning included, when
+``model.max_tokens`` does not say: kept free of the context window's input budget."""
 
 
 def _unique(what: str, names: list[str]) -> None:
@@ -354,8 +359,28 @@ class ModelConfig(_Strict):
     """The endpoint at ``base_url`` takes no API key (a local vLLM, Ollama or the LLM
     simulator): no ``Authorization`` header is sent. Otherwise a ``base_url`` with the key
     variable unset or empty stops the sidecar at start."""
-    model: str = "llama-3.3-70b-versatile"
-    """The model name sent with each request."""
+    model: str = DEFAULT_ANSWER_MODEL
+    """The model name sent with each request (docs/models.md lists Groq's current ones)."""
+    reasoning_effort: Literal["none", "default", "low", "medium", "high"] | None = None
+    """How hard a reasoning model thinks before it answers (Groq's ``reasoning_effort``):
+    more effort, more reasoning tokens (billed, never shown) and a later first token.
+    GPT-OSS takes ``low`` / ``medium`` / ``high``, Qwen ``none`` / ``default``; a value
+    the catalog knows the model refuses is a configuration error. Unset: the provider's
+    default. Set it per stage in ``tools_model``, ``light.model``, a variant's ``model``
+    or ``replay.judge``."""
+    service_tier: Literal["auto", "on_demand", "flex", "performance"] | None = None
+    """Groq's service tier for the requests (``flex``: higher limits, ``498`` when full;
+    ``auto``: the best the organisation has). Unset: the provider's default
+    (``on_demand``). A profile may choose another per run class (``service_tiers``)."""
+    flex_fallback: Literal["on_demand", "auto"] | None = None
+    """When a ``flex`` request is answered ``498 capacity_exceeded`` and its retries are
+    spent, send it once more on this tier instead of failing; unset: fail
+    (``model_unavailable``)."""
+    max_tools_per_request: int = Field(128, ge=1, le=10_000)
+    """The most tools one request may carry (Groq refuses more than 128 with a 400). A
+    profile whose allowed tools can exceed it is refused at start and by ``check``; a
+    request over it (an MCP server that grew its list) fails before it is sent
+    (``model_too_many_tools``)."""
     temperature: float | None = Field(None, ge=0, le=2)
     """Sampling temperature; unset leaves the provider's default."""
     max_tokens: int | None = Field(None, ge=1)
@@ -393,6 +418,24 @@ class ModelConfig(_Strict):
     """Retries of failed model requests (429, 498, 5xx, connection errors). A 429's
     ``retry-after`` (at most ``max_rate_limit_wait``) replaces the backoff; a wait the
     run's remaining time cannot absorb ends the retries."""
+
+    @model_validator(mode="after")
+    def _effort_the_model_takes(self) -> ModelConfig:
+        known = catalog.facts(self.model)
+        if self.reasoning_effort is None or known is None:
+            return self
+        if known.reasoning is None:
+            raise ValueError(
+                f"reasoning_effort: {self.model} is not a reasoning model (Groq refuses "
+                "reasoning parameters for it): leave reasoning_effort unset"
+            )
+        if self.reasoning_effort not in known.reasoning.efforts:
+            raise ValueError(
+                f"reasoning_effort: {self.model} takes "
+                + " / ".join(known.reasoning.efforts)
+                + f", not {self.reasoning_effort}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _key_needs_its_certificate(self) -> ModelConfig:
@@ -486,7 +529,7 @@ class ContextConfig(_Strict):
     """Longest memory kept; the model is asked to stay under it and longer text is cut."""
     memory_model: dict[str, Any] | None = None
     """The model that writes memory summaries, as keys of the top-level ``model`` section
-    that differ (``{model: llama-3.1-8b-instant}``); unset: the top-level model."""
+    that differ (``{model: openai/gpt-oss-20b}``); unset: the top-level model."""
 
 
 _VARIANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -583,7 +626,7 @@ class LightConfig(_Strict):
 
     model: dict[str, Any] = Field(default_factory=dict)
     """The light path's model, as keys of the top-level ``model`` section that differ (a
-    smaller, faster model: ``{model: llama-3.1-8b-instant}``); empty: the top-level model."""
+    smaller, faster model: ``{model: openai/gpt-oss-20b}``); empty: the top-level model."""
     system_prompt: str | None = None
     """Its system prompt (a shorter one); unset: the profile's."""
     max_steps: int | None = Field(None, ge=1, le=256)
@@ -594,8 +637,37 @@ class LightConfig(_Strict):
     """A shorter context window."""
 
 
+class ReasoningPolicy(_Strict):
+    """What becomes of a reasoning model's reasoning text on a profile's runs. It is
+    never the answer and never sent back to the model; its tokens are counted (usage,
+    cost, the timeline, the cost guard) whatever this says."""
+
+    stream: bool = False
+    """Stream it to the caller as ``reasoning_delta`` events (StreamRun). Off: the model
+    is asked to leave it out of its responses, which then carry less."""
+    record: bool = False
+    """Keep it in recordings (``recording.path``) and the audit record. Off: they hold
+    its token count only."""
+
+
+class ServiceTiers(_Strict):
+    """The provider's service tier by run class, over ``model.service_tier``."""
+
+    caller: Literal["auto", "on_demand", "flex", "performance"] | None = None
+    """Runs a caller waits for (Run, StreamRun, A2A, MCP)."""
+    background: Literal["auto", "on_demand", "flex", "performance"] | None = None
+    """Background runs (StartRun, A2A tasks run in the background): ``flex`` suits them."""
+    shadow: Literal["auto", "on_demand", "flex", "performance"] | None = None
+    """Shadow variants' runs, whose answers nobody waits for."""
+
+
 class ProfileConfig(_Strict):
     """An agent profile: what the agent is told, which tools it may use, its limits."""
+
+    reasoning: ReasoningPolicy = ReasoningPolicy()
+    """What becomes of a reasoning model's reasoning (docs/models.md#reasoning)."""
+    service_tiers: ServiceTiers = ServiceTiers()
+    """The provider's service tier per run class; unset ones: ``model.service_tier``."""
 
     system_prompt: str = "You are a helpful assistant. Use the tools when they help."
     """The system prompt, sent first and byte-identical on every call."""
@@ -1389,7 +1461,7 @@ class ReplayConfig(_Strict):
     empty: the whole value."""
     judge: dict[str, Any] | None = None
     """With ``judge``: the judging model, as keys of the top-level ``model`` section that
-    differ (``{model: llama-3.3-70b-versatile}``)."""
+    differ (``{model: openai/gpt-oss-120b}``)."""
     fail: ReplayThresholds = ReplayThresholds()
     """When a replay exits 1."""
 
@@ -1505,6 +1577,43 @@ class SidecarConfig(_Strict):
         return profiles
 
     @model_validator(mode="after")
+    def _windows_leave_room_for_the_answer(self) -> SidecarConfig:
+        # The input budget plus what the answer may take (its reasoning included) must fit
+        # in the model's context window, or the provider refuses the request when the
+        # session grows to its budget.
+        for name, profile in self.profiles.items():
+            for where, override in [("model", None), ("tools_model", profile.tools_model)]:
+                model = resolve_model(self.model, override or {})
+                known = catalog.facts(model.model)
+                budget = profile.context.max_tokens
+                if known is None or known.context_window is None or budget is None:
+                    continue
+                reserved = model.max_tokens or (
+                    REASONING_OUTPUT_RESERVE if known.reasoning is not None else 0
+                )
+                if budget + reserved > known.context_window:
+                    raise ValueError(
+                        f"profiles.{name}.context.max_tokens ({budget}) plus the output "
+                        f"reserved for {where}'s answer and reasoning ({reserved}: "
+                        f"model.max_tokens, else {REASONING_OUTPUT_RESERVE} for a reasoning "
+                        f"model) exceeds {model.model}'s context window of "
+                        f"{known.context_window} tokens: lower it"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _tool_lists_fit_in_a_request(self) -> SidecarConfig:
+        for name, profile in self.profiles.items():
+            cap = self.model.max_tools_per_request
+            if profile.tools is not None and len(set(profile.tools)) > cap:
+                raise ValueError(
+                    f"profiles.{name}.tools allows {len(set(profile.tools))} tools, more than "
+                    f"one model request may carry (model.max_tools_per_request: {cap}; Groq "
+                    "refuses more than 128): allow fewer"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _model_overrides_are_models(self) -> SidecarConfig:
         # Each partial model section must make a valid model with the top-level one.
         for name, profile in self.profiles.items():
@@ -1526,6 +1635,24 @@ class SidecarConfig(_Strict):
                     )
                     raise ValueError(f"profiles.{name}.{where}: {problem}") from None
         return self
+
+
+def model_sections(config: SidecarConfig) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """Every model section the configuration names, with where: ``("model", None)`` for
+    the top-level one, then each profile's tools model, memory summariser, light path and
+    variants, and the replay's judge, as partial sections over the top-level one."""
+    sections: list[tuple[str, Mapping[str, Any] | None]] = [("model", None)]
+    for name, profile in config.profiles.items():
+        where = f"profiles.{name}"
+        sections.append((f"{where}.tools_model", profile.tools_model))
+        sections.append((f"{where}.context.memory_model", profile.context.memory_model))
+        if profile.light is not None:
+            sections.append((f"{where}.light.model", profile.light.model))
+        for i, variant in enumerate(profile.variants):
+            sections.append((f"{where}.variants.{i}.model", variant.model))
+            sections.append((f"{where}.variants.{i}.tools_model", variant.tools_model))
+    sections.append(("replay.judge", config.replay.judge))
+    return [(where, o) for where, o in sections if where == "model" or o]
 
 
 def resolve_model(base: ModelConfig, override: Mapping[str, Any]) -> ModelConfig:

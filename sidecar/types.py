@@ -36,11 +36,15 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
+    reasoning_tokens: int = 0
+    """The part of ``completion_tokens`` a reasoning model spent reasoning (billed, never
+    shown)."""
 
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_prompt_tokens += other.cached_prompt_tokens
+        self.reasoning_tokens += other.reasoning_tokens
 
 
 @dataclass(slots=True)
@@ -210,6 +214,8 @@ class ModelCallDetail:
     """Seconds the call was allowed, retries included."""
     request_bytes: int = 0
     """Size of the request body sent, for calibrating token estimates."""
+    service_tier: str = ""
+    """The provider's service tier that answered, as its response said; empty: unsaid."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -275,6 +281,8 @@ class RunOutcome:
     tool_calls: int
     error: RunError | None = None
     cost: RunCost | None = None
+    unpriced: tuple[str, ...] = ()
+    """The models it called that the price table has no price for (``cost`` is then None)."""
     overruns: list[BudgetOverrun] = field(default_factory=list)
     repairs: int = 0
     """Repair rounds: model calls that emitted a malformed tool call and were asked again."""
@@ -382,6 +390,10 @@ class EventSink(Protocol):
     and then no event is ever built."""
 
     def text_delta(self, step: int, text: str) -> None: ...
+
+    def reasoning_delta(self, step: int, text: str) -> None:
+        """More of a reasoning model's reasoning; sent only on a profile that streams it."""
+        ...
 
     def tool_call_started(
         self, step: int, call_id: str, tool_name: str, arguments: str

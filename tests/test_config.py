@@ -193,7 +193,7 @@ def test_variables_in_string_values_are_replaced_from_the_environment(tmp_path: 
         tmp_path,
         "model:\n"
         "  base_url: https://${MODEL_HOST}/openai/v1\n"
-        "  model: ${MODEL_NAME:-llama-3.3-70b-versatile}\n"
+        "  model: ${MODEL_NAME:-openai/gpt-oss-120b}\n"
         "  timeout: ${MODEL_TIMEOUT}\n"
         "profiles:\n"
         "  default:\n"
@@ -202,7 +202,7 @@ def test_variables_in_string_values_are_replaced_from_the_environment(tmp_path: 
     environ = {"MODEL_HOST": "llm.internal:8443", "MODEL_TIMEOUT": "12.5", "TEAM": ""}
     config = load_config(path, environ)
     assert config.model.base_url == "https://llm.internal:8443/openai/v1"
-    assert config.model.model == "llama-3.3-70b-versatile"  # unset: the default
+    assert config.model.model == "openai/gpt-oss-120b"  # unset: the default
     assert config.model.timeout == 12.5  # a whole value converts as it would from the file
     prompt = config.profiles["default"].system_prompt
     assert prompt == "Prices are in ${CURRENCY}; you help everyone."  # empty: the default

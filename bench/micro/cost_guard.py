@@ -4,7 +4,7 @@ Starts the zero-latency LLM simulator with a scenario of research runs that go 1
 tool steps deep (each step fetches a ~4 KB report, so each model call's prompt is larger
 than the last: a deep run costs several times a shallow one), the report tool server
 (:mod:`bench.micro.report_tools`), and sidecars pricing the model at Groq's list price of
-``llama-3.3-70b-versatile``. Depths are drawn at random (seeded), the same sequence for
+``openai/gpt-oss-120b``. Depths are drawn at random (seeded), the same sequence for
 every sidecar:
 
 1. **Off and on, never reached**: one sidecar without limits and one whose
@@ -43,8 +43,8 @@ from bench.stats import median, percentile
 from sidecar.testing import ServerProcess
 
 OUT = processes.ROOT / "bench/results/cost_guard.json"
-MODEL = "llama-3.3-70b-versatile"
-PRICE = {"prompt": 0.59, "completion": 0.79}  # USD per million tokens, Groq's list price
+MODEL = "openai/gpt-oss-120b"
+PRICE = {"prompt": 0.15, "completion": 0.60}  # USD per million tokens, Groq's list price
 DEPTHS = range(1, 7)
 TOKEN = "bench-principal-token"
 

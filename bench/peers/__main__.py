@@ -291,8 +291,8 @@ async def _early_dispatch(address: str, runs: int) -> dict[str, list[float]]:
     return samples
 
 
-TIER_BIG = "llama-3.3-70b-versatile"
-TIER_SMALL = "llama-3.1-8b-instant"
+TIER_BIG = "openai/gpt-oss-120b"
+TIER_SMALL = "openai/gpt-oss-20b"
 TIER_BIG_TTFT_MS, TIER_SMALL_TTFT_MS = 120, 30
 
 

@@ -43,7 +43,7 @@ import yaml
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from bench.processes import ROOT, configured_sidecar, shop, start
+from bench.processes import ROOT, SERVE_BENCH_MODELS, configured_sidecar, shop, start
 from bench.soak.stack import TOOL_MS
 from bench.workload import PROMPT
 from sidecar.testing import (
@@ -284,6 +284,7 @@ def main() -> int:
             scenario.write_text(yaml.safe_dump(_SCENARIO))
             sim = start(
                 *("-m", "llmsim", "--port", "0", "--scenario", str(scenario)),
+                *SERVE_BENCH_MODELS,
                 *("--ttft-ms", f"{args.model_ms:g}"),
             )
             tools = shop({**TOOL_MS, "reserve_stock": RESERVE_MS})

@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc, tool_pb2, tool_pb2_grpc
-from bench.processes import start
+from bench.processes import SERVE_BENCH_MODELS, start
 from bench.soak.load import CHANNEL_OPTIONS, drive_turn
 from bench.soak.outcomes import Verdict
 from sidecar.testing import ServerProcess
@@ -94,6 +94,7 @@ class SoakStack:
         self.sim = start(
             "-m",
             "llmsim",
+            *SERVE_BENCH_MODELS,
             "--port",
             "0",
             "--ttft-ms",

@@ -120,6 +120,8 @@ class RunCapture:
                 self._call_steps[call.id] = step
             found["response"] = {
                 "text": response.text,
+                # Kept only where the profile says so (reasoning.record).
+                "reasoning": response.reasoning if request.keep_reasoning else None,
                 "refusal": response.refusal,
                 "tool_calls": [
                     {"id": c.id, "name": c.name, "arguments": c.arguments}

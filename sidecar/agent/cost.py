@@ -1,11 +1,12 @@
-"""What a run's tokens cost: Groq's published prices, and the configured ones over them.
+"""What a run's tokens cost: the catalog's list prices, and the configured ones over them.
 
 Prices are list prices in US dollars per million tokens, per model name. Prompt tokens
 the provider served from its prompt cache are charged at the cached price (the prompt
-price when the table sets none); the rest at the prompt price. A model missing from the
-table has no cost: the run reports none rather than a wrong zero. :data:`GROQ_PRICES`
-ships Groq's list prices, dated; ``prices`` in the configuration replaces any of them
-and adds others.
+price when the table sets none); the rest at the prompt price. Reasoning tokens are
+completion tokens, billed as such. A model with no price is *unpriced*: the run reports
+no cost and names the model (:meth:`PriceTable.unpriced`), rather than a wrong number.
+The catalog (:mod:`sidecar.catalog`) ships Groq's list prices, each with its source and
+date; ``prices`` in the configuration replaces any of them and adds others.
 """
 
 from __future__ import annotations
@@ -13,24 +14,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sidecar.catalog import CATALOG
 from sidecar.config import PriceConfig
 from sidecar.types import ModelCallDetail, RunCost, Stage, StageKind, Usage
 
-__all__ = ["PriceTable"]
+__all__ = ["CATALOG_PRICES", "PriceTable"]
 
 _PER_TOKEN = 1e-6  # prices are per million tokens
 
-PRICES_CHECKED = "2026-11"
-"""When :data:`GROQ_PRICES` were read off Groq's pricing page."""
-GROQ_PRICES: Mapping[str, PriceConfig] = {
-    "llama-3.3-70b-versatile": PriceConfig(prompt=0.59, completion=0.79),
-    "llama-3.1-8b-instant": PriceConfig(prompt=0.05, completion=0.08),
-    "openai/gpt-oss-120b": PriceConfig(prompt=0.15, completion=0.60, cached_prompt=0.075),
-    "openai/gpt-oss-20b": PriceConfig(prompt=0.075, completion=0.30, cached_prompt=0.037),
-    "meta-llama/llama-4-scout-17b-16e-instruct": PriceConfig(prompt=0.11, completion=0.34),
-    "qwen/qwen3-32b": PriceConfig(prompt=0.29, completion=0.59),
+CATALOG_PRICES: Mapping[str, PriceConfig] = {
+    name: PriceConfig(
+        prompt=entry.price.prompt,
+        completion=entry.price.completion,
+        cached_prompt=entry.price.cached_prompt,
+    )
+    for name, entry in CATALOG.items()
+    if entry.price is not None
 }
-"""Groq's list prices, US dollars per million tokens (as of :data:`PRICES_CHECKED`)."""
+"""The catalog's list prices, US dollars per million tokens (retired models' included:
+recordings made on them are still priced)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ class PriceTable:
 
     Args:
         prices: Model name to its prices, as configured; they replace or add to
-            :data:`GROQ_PRICES`.
+            :data:`CATALOG_PRICES`.
         priced_as: Price every run as this model whatever model name it used (the LLM
             simulator's runs, priced as the configured model); unset: the run's own.
         simulated: The runs use the LLM simulator; their cost says so.
@@ -60,7 +62,7 @@ class PriceTable:
         priced_as: str | None = None,
         simulated: bool = False,
     ) -> None:
-        prices = {**GROQ_PRICES, **prices}
+        prices = {**CATALOG_PRICES, **prices}
         self._priced_as = priced_as
         self._simulated = simulated
         self._rates = {
@@ -88,6 +90,15 @@ class PriceTable:
             priced_as=model,
             simulated=self._simulated,
         )
+
+    def unpriced(self, model: str, stages: Sequence[Stage]) -> tuple[str, ...]:
+        """The models of a run (``model``, and each model call's) the table has no price
+        for, in the order the run first called them."""
+        if self._priced_as is not None:
+            return () if self._priced_as in self._rates else (self._priced_as,)
+        names = [model]
+        names += [s.name for s in stages if s.kind is StageKind.MODEL_CALL]
+        return tuple(dict.fromkeys(n for n in names if n not in self._rates))
 
     def run_cost(self, model: str, usage: Usage, stages: Sequence[Stage]) -> RunCost | None:
         """The cost of a run: ``usage`` on ``model``, or, when its model calls went to

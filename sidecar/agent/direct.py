@@ -71,6 +71,9 @@ class _Events:
     def text_delta(self, step: int, text: str) -> None:
         pass
 
+    def reasoning_delta(self, step: int, text: str) -> None:
+        pass
+
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
         pass
 

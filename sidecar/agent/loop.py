@@ -414,11 +414,17 @@ class _Run:
         if self.spend is not None and not afforded:
             self._afford(model, messages, tools)
         sink = self.sink
-        on_text = None
+        on_text = on_reasoning = None
+        policy = self.scope.profile.config.reasoning
         if stream and show and sink is not None:
 
             def on_text(text: str) -> None:
                 sink.text_delta(step, text)
+
+            if policy.stream:
+
+                def on_reasoning(text: str) -> None:
+                    sink.reasoning_delta(step, text)
 
         request = ModelRequest(
             messages,
@@ -428,6 +434,9 @@ class _Run:
             response_schema=schema,
             tool_choice=tool_choice,
             backlog=sink.backlog if on_text is not None and sink is not None else None,
+            on_reasoning=on_reasoning,
+            keep_reasoning=policy.record,
+            service_tier=self.scope.service_tier,
         )
         on_tool_call = self.early.offer if self.early is not None else None
         start = self.clock.now()
@@ -509,6 +518,7 @@ class _Run:
                 attempts=response.attempts,
                 time_allowed=allowed,
                 request_bytes=response.request_bytes,
+                service_tier=response.service_tier or "",
             )
         stage = self._stage(StageKind.MODEL_CALL, model.name, step, start, duration, detail=detail)
         if self.scope.trace is not None:

@@ -9,15 +9,24 @@ pacer); one that names a new model builds it before anything is swapped in.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.agent.variants import RunModels, Variant, VariantRouter
-from sidecar.config import GROQ_BASE_URL, ModelConfig, ProfileConfig, SidecarConfig, resolve_model
+from sidecar.config import (
+    GROQ_BASE_URL,
+    ModelConfig,
+    ProfileConfig,
+    SidecarConfig,
+    model_sections,
+    resolve_model,
+)
 from sidecar.errors import ModelError, StartupError
 from sidecar.llm.model import Model
 from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.llm.served import retirement_warnings, unserved
 from sidecar.redaction import Redactor
 
 __all__ = ["ModelRoster"]
@@ -133,6 +142,10 @@ class ModelRoster:
             environ={} if base_url == self._simulator_url else None,
             on_error=self._on_error(model.model),
             redact=self._redact,
+            reasoning_effort=model.reasoning_effort,
+            service_tier=model.service_tier,
+            flex_fallback=model.flex_fallback,
+            max_tools=model.max_tools_per_request,
         )
 
     def model_for(self, override: Mapping[str, object] | None) -> Model:
@@ -162,6 +175,41 @@ class ModelRoster:
         base_url = resolved.base_url or self._base_url
         found = self._models[key] = self._client(resolved, base_url, api_key)
         return found
+
+    async def check_served(self, config: SidecarConfig) -> list[str]:
+        """Ask each endpoint the configuration's model sections use for its model list
+        and log what the retirement schedule says; return why a model section names a
+        model its endpoint does not serve (empty: every one is served, or an endpoint
+        has no list, which is logged as a warning).
+
+        Raises:
+            StartupError: a model section names an API key variable that is unset.
+        """
+        named: dict[str, tuple[OpenAICompatibleModel, list[tuple[str, str]]]] = {}
+        for where, override in model_sections(config):
+            client = self.model_for(override)
+            resolved = resolve_model(self._config, override or {})
+            if not isinstance(client, OpenAICompatibleModel):
+                continue
+            base = resolved.base_url or self._base_url
+            named.setdefault(base, (client, []))[1].append((where, resolved.model))
+        for warning in retirement_warnings(
+            (pair for _, pairs in named.values() for pair in pairs), dt.date.today()
+        ):
+            log.warning("%s", warning)
+        problems = []
+        for base, (client, pairs) in named.items():
+            served = await client.served(min(self._config.timeout, 10.0))
+            if served.ids is None:
+                log.warning(
+                    "the model endpoint %s gave no model list (%s): the model names "
+                    "are not checked before the first run",
+                    base,
+                    served.why,
+                )
+                continue
+            problems += unserved(pairs, served.ids)
+        return problems
 
     def routers(
         self,

@@ -96,6 +96,7 @@ async def rerun(
         on_tool_call=capture.tool_finished,
         tool_versions=plan.tool_versions,
         answer=answer,
+        service_tier=plan.profile.config.service_tiers.shadow if shadow_of else None,
     )
     started = time.time()
     result = await loop.run(scope, history, recorded.input)

@@ -206,6 +206,7 @@ class Runtime:
         self.is_ready = False
         """Every tool server discovered, or its discovery timed out."""
         self._unknown_tools: dict[str, frozenset[str]] = {}
+        self._over_cap: dict[str, int] = {}  # tools each profile allows, when logged
 
     # -- what fronts read ------------------------------------------------------------------
 
@@ -241,6 +242,7 @@ class Runtime:
         for warning in check_exposure(config):
             log.warning("%s", warning)
         model = await self.models.start()
+        await self.check_models(config)
         store = store_from_config(
             config.sessions,
             postgres_dsn=self._postgres_dsn,
@@ -350,6 +352,17 @@ class Runtime:
         await self.telemetry.close()
         self.audit.close()
 
+    async def check_models(self, config: SidecarConfig) -> None:
+        """Refuse ``config`` when a model section names a model its endpoint does not
+        serve (the endpoint's ``GET /models``); log the retirement schedule's warnings.
+
+        Raises:
+            StartupError: naming each such model, its replacement and the closest served.
+        """
+        problems = await self.models.check_served(config)
+        if problems:
+            raise StartupError("; ".join(problems))
+
     # -- reload ----------------------------------------------------------------------------
 
     def apply(self, config: SidecarConfig) -> list[str]:
@@ -440,7 +453,20 @@ class Runtime:
         """Warn about (and count) names in profiles' tool lists that no tool server
         offers: a typo there silently leaves the model without the tool."""
         reported: dict[str, frozenset[str]] = {}
+        cap = self._config.model.max_tools_per_request
         for name, profile in self._config.profiles.items():
+            allowed = frozenset(profile.tools) if profile.tools is not None else None
+            count = len(self.catalog.definitions(name, allowed, frozenset()))
+            if count > cap and count != self._over_cap.get(name):
+                log.error(
+                    "profile %s allows %d tools, more than one model request may carry "
+                    "(model.max_tools_per_request: %d): its runs fail with "
+                    "model_too_many_tools until its tools list names fewer",
+                    name,
+                    count,
+                    cap,
+                )
+            self._over_cap[name] = count
             unknown = frozenset(self.catalog.unknown(profile.tools or []))
             self.telemetry.unknown_tools(name, len(unknown))
             fresh = unknown - self._unknown_tools.get(name, frozenset())

@@ -95,6 +95,9 @@ class RunScope:
     model thinks."""
     answer: ToolAnswerer | None = None
     """Answers its tool calls in place of the servers (a replay, a shadow run)."""
+    service_tier: str | None = None
+    """The provider's service tier its model calls ask for (its run class's, from the
+    profile's ``service_tiers``); None: the model's own."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.

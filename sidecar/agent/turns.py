@@ -529,6 +529,9 @@ class Turns:
             speculate=self._speculation.predict(profile, turn.input)
             if self._speculation is not None
             else (),
+            service_tier=profile.config.service_tiers.background
+            if detached is not None
+            else profile.config.service_tiers.caller,
         )
 
     async def _end(
@@ -562,6 +565,8 @@ class Turns:
             if turn.light is not None:
                 outcome.path = RunPath.LIGHT
             outcome.cost = turn.snapshot.prices.run_cost(model, outcome.usage, outcome.stages)
+            if outcome.cost is None:
+                outcome.unpriced = turn.snapshot.prices.unpriced(model, outcome.stages)
             self._calibrate(turn.session.session_id, outcome)
         if result is not None:
             record.messages = result.messages

@@ -59,6 +59,7 @@ def usage(u: Usage) -> agent_pb2.TokenUsage:
         prompt_tokens=u.prompt_tokens,
         completion_tokens=u.completion_tokens,
         cached_prompt_tokens=u.cached_prompt_tokens,
+        reasoning_tokens=u.reasoning_tokens,
     )
 
 
@@ -80,6 +81,7 @@ def _model_call(d: ModelCallDetail) -> agent_pb2.ModelCallTiming:
         attempts=d.attempts,
         error_code=d.error or "",
         time_allowed=_optional(d.time_allowed),
+        service_tier=d.service_tier,
     )
 
 
@@ -147,6 +149,8 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         result.error.retryable = outcome.error.retryable
     if outcome.cost is not None:
         result.cost.CopyFrom(cost(outcome.cost))
+    elif outcome.unpriced:
+        result.unpriced_models.extend(outcome.unpriced)
     if outcome.overruns:
         result.budget_overruns.extend(budget_exceeded(o) for o in outcome.overruns)
     return result

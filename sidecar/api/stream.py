@@ -139,6 +139,11 @@ class StreamSink:
         for at in range(0, len(text), _DELTA_PIECE):
             self.put(text_delta=agent_pb2.TextDelta(step=step, text=text[at : at + _DELTA_PIECE]))
 
+    def reasoning_delta(self, step: int, text: str) -> None:
+        for at in range(0, len(text), _DELTA_PIECE):
+            piece = text[at : at + _DELTA_PIECE]
+            self.put(reasoning_delta=agent_pb2.ReasoningDelta(step=step, text=piece))
+
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
         self.put(
             tool_call_started=agent_pb2.ToolCallStarted(

@@ -10,6 +10,11 @@ one that has a command), and looks up every name in the profiles' ``tools`` list
 the sidecar resolves them (by name, or ``server.name``; the first server configured owns a
 name).
 
+It also reads each model endpoint's model list (``GET /models``, when a key is set or the
+endpoint is keyless; unless ``--offline``) and refuses a model section naming a model the
+endpoint does not serve, and warns about every model the retirement schedule
+(``sidecar.catalog``) says is deprecated or shut down.
+
 It prints one line per finding and exits 0 when the sidecar would start and every tool is
 found, 1 when a tool server cannot be reached or a profile names a tool no server offers,
 2 when the sidecar would refuse to start.
@@ -18,14 +23,24 @@ found, 1 when a tool server cannot be reached or a profile names a tool no serve
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentsidecar.v1 import tool_pb2
 from sidecar.agent.runtime import tool_server_token
-from sidecar.config import McpServerConfig, SidecarConfig, resolve_model
+from sidecar.config import (
+    GROQ_BASE_URL,
+    McpServerConfig,
+    ModelConfig,
+    SidecarConfig,
+    model_sections,
+    resolve_model,
+)
 from sidecar.errors import StartupError
+from sidecar.llm.openai_model import OpenAICompatibleModel
+from sidecar.llm.served import retirement_warnings, unserved
 from sidecar.security.exposure import check_exposure
 from sidecar.security.identity import Authenticator
 from sidecar.security.tls import channel_credentials, server_credentials
@@ -153,6 +168,14 @@ async def _discover(config: SidecarConfig, environ: Mapping[str, str], found: Fi
             found.problems.append(
                 f"profile {name} names tool {tool!r}, which no tool server offers"
             )
+        allowed = frozenset(profile.tools) if profile.tools is not None else None
+        count = len(catalog.definitions(name, allowed, frozenset()))
+        cap = config.model.max_tools_per_request
+        if count > cap:
+            found.refused.append(
+                f"profile {name} allows {count} tools, more than one model request may "
+                f"carry (model.max_tools_per_request: {cap}): list fewer in its tools"
+            )
 
 
 async def _ask_mcp(
@@ -196,6 +219,59 @@ async def check_config(
     """
     found = Findings()
     _startable(config, environ, api_key, found)
+    named = [
+        (where, resolve_model(config.model, override or {}))
+        for where, override in model_sections(config)
+    ]
+    found.warnings += retirement_warnings(((w, m.model) for w, m in named), dt.date.today())
     if not offline and not found.refused:
+        await _ask_models(config, named, environ, api_key, found)
         await _discover(config, environ, found)
     return found
+
+
+async def _ask_models(
+    config: SidecarConfig,
+    named: list[tuple[str, ModelConfig]],
+    environ: Mapping[str, str],
+    api_key: str | None,
+    found: Findings,
+) -> None:
+    """Ask each model endpoint with a key (or keyless) for its model list, as ``serve``
+    does at start: a model it does not serve is a refusal."""
+    by_endpoint: dict[tuple[str, str | None], list[tuple[str, str]]] = {}
+    for where, model in named:
+        key = (
+            None
+            if model.keyless
+            else environ.get(model.api_key_env)
+            or (api_key if model.api_key_env == config.model.api_key_env else None)
+        )
+        base = model.base_url or (GROQ_BASE_URL if key else None)
+        if base is None or (key is None and not model.keyless):
+            continue  # the built-in simulator, or no key to ask with
+        by_endpoint.setdefault((base, key), []).append((where, model.model))
+    for (base, key), pairs in by_endpoint.items():
+        client = OpenAICompatibleModel(
+            base_url=base,
+            api_key=key,
+            model=pairs[0][1],
+            retry=config.model.retry,
+            timeout=config.model.timeout,
+            transport=config.model.transport,
+            ca_file=config.model.ca_file,
+            cert_file=config.model.cert_file,
+            key_file=config.model.key_file,
+            pacing=False,
+        )
+        try:
+            served = await client.served(min(config.model.timeout, 10.0))
+        finally:
+            await client.close()
+        if served.ids is None:
+            found.warnings.append(
+                f"the model endpoint {base} gave no model list ({served.why}): "
+                "its model names are not checked"
+            )
+        else:
+            found.refused += unserved(pairs, served.ids)

@@ -109,6 +109,10 @@ def format_timeline(timeline: agent_pb2.Timeline) -> str:
                 if m.HasField("time_to_first_token"):
                     detail = f"ttft {_ms(m.time_to_first_token):.1f} ms, "
                 detail += f"{m.usage.prompt_tokens}+{m.usage.completion_tokens} tokens"
+                if m.usage.reasoning_tokens:
+                    detail += f" ({m.usage.reasoning_tokens} reasoning)"
+            if m.service_tier and m.service_tier != "on_demand":  # the default: said in full
+                detail += f", {m.service_tier} tier"
             if m.attempts > 1:
                 detail += f", {m.attempts} attempts"
         elif stage.HasField("tool_call"):
@@ -175,6 +179,9 @@ async def _scenario(client: AgentClient, title: str, text: str, json_output: boo
                 else cost.priced_as
             )
             print(f"    cost ${cost.total_usd:.6f}: {label}")
+        elif result.unpriced_models:
+            names = ", ".join(result.unpriced_models)
+            print(f"    cost unpriced: no list price for {names}")
     return result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
 
 

@@ -96,6 +96,7 @@ class ConfigReloader:
                     log.info("configuration not reloaded (%s): the file changed while read", why)
                     return False
                 self._seen = before
+                await runtime.check_models(config)
                 changed = runtime.apply(config)
             except (ConfigError, StartupError) as exc:
                 self._seen = before

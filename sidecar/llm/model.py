@@ -49,6 +49,11 @@ class ModelResponse:
     sent (every attempt's wait), inside the call's time."""
     request_bytes: int = 0
     """Size of the request body sent (the attempt that answered)."""
+    reasoning: str | None = None
+    """A reasoning model's reasoning, when the request kept it: never the answer, never
+    sent back to the model."""
+    service_tier: str | None = None
+    """The provider's tier that answered (``service_tier`` of the response)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +74,13 @@ class ModelRequest:
     backlog: Callable[[], Awaitable[None] | None] | None = None
     """Asked after each piece of a streamed response: an awaitable means whoever takes the
     text has fallen behind, and reading pauses until it completes (backpressure)."""
+    on_reasoning: Callable[[str], None] | None = None
+    """Called with each piece of a reasoning model's streamed reasoning; None: the model
+    is asked to leave its reasoning out of the response."""
+    keep_reasoning: bool = False
+    """Ask for the reasoning text even when nothing streams it (recorded, audited)."""
+    service_tier: str | None = None
+    """The provider's tier for this call (Groq's ``service_tier``); None: the model's."""
 
 
 TextSink = Callable[[str], None]

@@ -6,6 +6,14 @@ run's remaining time or the retries stop; each retry is logged with the failed r
 id, status and the wait. ``tool_use_failed`` is surfaced as :class:`ToolUseFailed` for
 the loop's repair round; other 4xx are final.
 
+A reasoning model (one :mod:`sidecar.catalog` marks so) gets its ``reasoning_effort``
+and, when nothing takes its reasoning text, the parameter that leaves it out of the
+response (``include_reasoning: false`` or ``reasoning_format: hidden``, as the model
+takes it); ``reasoning_format: raw``, which Groq refuses with tools or JSON mode, is
+never sent. A request carrying more tools than ``max_tools_per_request`` fails before it
+is sent. A ``flex`` request answered ``498`` after its retries goes once more on the
+fallback tier, when one is configured.
+
 Before each attempt the endpoint's :class:`~sidecar.llm.pacing.Pacer` may hold the
 request back while the rate limits its responses report have no room for it; every
 response, failed or not, reports its headers back to it.
@@ -18,6 +26,7 @@ values, by :mod:`sidecar.llm.wire` (which lets nothing malformed through);
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -29,8 +38,15 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from agentsidecar.addresses import is_loopback
+from sidecar import catalog
 from sidecar.config import RetryPolicy
-from sidecar.errors import DEADLINE_EXCEEDED, MODEL_TIMEOUT, ModelError, ModelUnavailable
+from sidecar.errors import (
+    DEADLINE_EXCEEDED,
+    MODEL_TIMEOUT,
+    ModelError,
+    ModelRequestRejected,
+    ModelUnavailable,
+)
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.pacing import (
     DEFAULT_MAX_WAIT,
@@ -40,6 +56,7 @@ from sidecar.llm.pacing import (
     Ticket,
     rate_limits,
 )
+from sidecar.llm.served import ServedModels, parse_model_list
 from sidecar.llm.transport import (
     Endpoint,
     Response,
@@ -81,6 +98,10 @@ class OpenAICompatibleModel:
         environ: Where ``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``NO_PROXY`` are read; None reads
             the process's environment.
         pacers: The pacers shared by model clients; None: the process's.
+        reasoning_effort: Sent as ``reasoning_effort`` to a reasoning model; None: not sent.
+        service_tier: Sent as ``service_tier`` unless a request names its own; None: not.
+        flex_fallback: The tier a ``flex`` request is sent on once more after a 498.
+        max_tools: The most tools a request may carry.
 
     Raises:
         StartupError: a TLS file cannot be loaded.
@@ -107,6 +128,10 @@ class OpenAICompatibleModel:
         max_rate_limit_wait: float = DEFAULT_MAX_WAIT,
         environ: Mapping[str, str] | None = None,
         pacers: Pacers | None = None,
+        reasoning_effort: str | None = None,
+        service_tier: str | None = None,
+        flex_fallback: str | None = None,
+        max_tools: int = 128,
     ) -> None:
         self.name = model
         self._redact = redact
@@ -143,10 +168,36 @@ class OpenAICompatibleModel:
             self._fixed["temperature"] = temperature
         if max_tokens is not None:
             self._fixed["max_completion_tokens"] = max_tokens
+        known = catalog.facts(model)
+        reasoning = known.reasoning if known is not None else None
+        if reasoning_effort is not None:
+            self._fixed["reasoning_effort"] = reasoning_effort
+        if service_tier is not None:
+            self._fixed["service_tier"] = service_tier
+        # What asks a reasoning model to leave its reasoning text out (nothing takes it).
+        self._hide: tuple[str, Any] | None = None
+        if reasoning is not None:
+            self._hide = (
+                ("include_reasoning", False)
+                if reasoning.control == "include_reasoning"
+                else ("reasoning_format", "hidden")
+            )
+        self._expected_output = 0
+        self._flex_fallback = flex_fallback
+        self._max_tools = max_tools
         self._parallel_tool_calls = parallel_tool_calls
 
     async def close(self) -> None:
         await self._transport.close()
+
+    async def served(self, timeout: float = 10.0) -> ServedModels:
+        """The endpoint's model list (``GET /models``), through the same proxy, trust and
+        key as its requests."""
+        try:
+            status, body = await self._transport.get("/models", timeout)
+        except ModelError as exc:
+            return ServedModels(None, f"GET /models failed: {exc.message}")
+        return parse_model_list(status, body)
 
     async def complete(
         self,
@@ -154,11 +205,40 @@ class OpenAICompatibleModel:
         on_text: TextSink | None = None,
         on_tool_call: ToolCallSink | None = None,
     ) -> ModelResponse:
+        if len(request.tools) > self._max_tools:
+            raise ModelRequestRejected(
+                "model_too_many_tools",
+                f"the request carries {len(request.tools)} tools, more than the endpoint's "
+                f"max_tools_per_request ({self._max_tools}): allow fewer tools in the profile",
+                retryable=False,
+            )
+        try:
+            return await self._complete(request, on_text, on_tool_call)
+        except ModelUnavailable as exc:
+            tier = request.service_tier or self._fixed.get("service_tier")
+            if exc.status != 498 or tier != "flex" or self._flex_fallback is None:
+                raise
+            log.warning(
+                "the flex tier is full (498) after %d attempt(s): sent once more on %s",
+                exc.attempts,
+                self._flex_fallback,
+            )
+        fallback = dataclasses.replace(request, service_tier=self._flex_fallback)
+        return await self._complete(fallback, on_text, on_tool_call)
+
+    async def _complete(
+        self,
+        request: ModelRequest,
+        on_text: TextSink | None,
+        on_tool_call: ToolCallSink | None,
+    ) -> ModelResponse:
         # Retries stop with the run's time; each attempt also gets at most the
         # configured request timeout, so a hung request is abandoned and retried.
         deadline = time.monotonic() + request.timeout
         body = self._body(request)
-        tokens = len(body) // _BYTES_PER_TOKEN
+        # A provider's token budget counts what the answer generates too, its reasoning
+        # included: the recent answers' size (the largest, fading) is the estimate.
+        tokens = len(body) // _BYTES_PER_TOKEN + self._expected_output
         emitted = False
         paced = 0.0
         request_id: str | None = None  # the latest attempt's, for the retry's log line
@@ -224,6 +304,9 @@ class OpenAICompatibleModel:
             response.request_bytes = len(body)
             response.request_id = response.request_id or request_id or response.completion_id
             response.paced = paced
+            self._expected_output = max(
+                response.usage.completion_tokens, self._expected_output * 7 // 8
+            )
             return response
 
         def announce(exc: BaseException | None, retry: int, delay: float) -> None:
@@ -291,7 +374,9 @@ class OpenAICompatibleModel:
         if status >= 400:
             raise status_error(status, headers, body_json(await reply.read()))
         if request.stream:
-            reader = StreamReader(sink, on_tool_call, started=sent)
+            reader = StreamReader(
+                sink, on_tool_call, on_reasoning=request.on_reasoning, started=sent
+            )
             backlog = request.backlog
             async for line in reply.lines():
                 reader.feed(line)
@@ -326,6 +411,10 @@ class OpenAICompatibleModel:
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = dict(self._fixed)
         params["messages"] = request.messages
+        if self._hide is not None and request.on_reasoning is None and not request.keep_reasoning:
+            params[self._hide[0]] = self._hide[1]
+        if request.service_tier is not None:
+            params["service_tier"] = request.service_tier
         if request.tools:
             params["tools"] = request.tools
             if request.tool_choice is not None:

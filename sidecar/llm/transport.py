@@ -116,6 +116,14 @@ class Transport(Protocol):
         """
         ...
 
+    async def get(self, path: str, timeout: float) -> tuple[int, bytes]:
+        """GET ``{base_url}{path}`` (``/models``): its status and whole body.
+
+        Raises:
+            ModelUnavailable: the endpoint could not be reached, or did not answer in time.
+        """
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -407,7 +415,8 @@ class DirectTransport:
     """Over one ``aiohttp.ClientSession``, with the headers the SDK would send."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self._url = URL(endpoint.base_url.rstrip("/") + "/chat/completions", encoded=False)
+        self._base = endpoint.base_url.rstrip("/")
+        self._url = URL(self._base + "/chat/completions", encoded=False)
         self._headers = _headers(endpoint.api_key, f"{USER_AGENT} (direct transport)")
         self._tls = endpoint.tls
         proxy = _Proxy(endpoint)
@@ -469,6 +478,25 @@ class DirectTransport:
                 f"the proxy {self._proxy} refused the connection: {exc.status} {exc.message}",
                 retryable=True,
             ) from None
+        except aiohttp.ClientError as exc:
+            raise _unreachable(exc) from None
+
+    async def get(self, path: str, timeout: float) -> tuple[int, bytes]:
+        session = self._session or self._open()
+        url = URL(self._base + path, encoded=False)
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with session.get(
+                    url,
+                    headers=self._headers,
+                    proxy=self._proxy,
+                    proxy_headers=self._proxy_headers,
+                ) as response:
+                    body = await _read_all(response.content.iter_any(), deadline)
+                    return response.status, body
+        except TimeoutError:
+            raise _timed_out() from None
         except aiohttp.ClientError as exc:
             raise _unreachable(exc) from None
 
@@ -583,6 +611,24 @@ class SdkTransport:
             # is no HTTP): they are the exchange's failure all the same.
             raise _sdk_error(exc) from None
 
+    async def get(self, path: str, timeout: float) -> tuple[int, bytes]:
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    response: httpx2.Response = await self._client.get(
+                        path,
+                        cast_to=httpx2.Response,
+                        options={"headers": self._headers, "timeout": timeout},
+                    )
+            except openai.APIStatusError as exc:
+                response = exc.response
+            return response.status_code, await _read_all(response.aiter_bytes(), deadline)
+        except TimeoutError:
+            raise _timed_out() from None
+        except (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError) as exc:
+            raise _sdk_error(exc) from None
+
     async def close(self) -> None:
         await self._tails.close()
         await self._client.close()
@@ -630,6 +676,15 @@ def status_error(status: int, headers: Mapping[str, str], body: Any) -> ModelErr
         return _proxy_wants_credentials()
     if status == 400 and error.get("code") == "tool_use_failed":
         return ToolUseFailed(message, str(error.get("failed_generation") or ""))
+    if error.get("code") in ("model_not_found", "model_decommissioned"):
+        # Groq answers a retired model 404 model_not_found (or 400 model_decommissioned):
+        # the model name is wrong, never the endpoint, so it is its own reason.
+        return ModelRequestRejected(
+            "model_not_found",
+            f"the model endpoint does not serve this model ({status}): {message}",
+            retryable=False,
+            status=status,
+        )
     if status in _RETRYABLE_STATUS:
         return ModelUnavailable(
             "model_rate_limited" if status == 429 else "model_unavailable",

@@ -17,6 +17,11 @@ the way in:
   (servers that send ``index: 0`` for every call, or no index at all), a name on a call
   whose arguments have begun starts a new call too;
 - a refusal (``message.refusal`` / ``delta.refusal``) is kept as such;
+- a reasoning model's reasoning (Groq's ``message.reasoning`` / ``delta.reasoning``, and
+  ``reasoning_content`` as vLLM and others name it) is kept apart: never the answer, never
+  a tool call, whatever it holds (gpt-oss reasons in JSON and in call-like text); its
+  token count is ``usage.completion_tokens_details.reasoning_tokens``;
+- ``service_tier`` says which of the provider's tiers answered;
 - Groq's ``x_groq.id`` is the request id, its ``usage.total_time`` (under ``x_groq.usage``
   when streaming) the provider's total;
 - an error inside a 200 stream (Groq's ``event: error``) is an error, and Groq's
@@ -80,10 +85,14 @@ def usage(value: Any) -> Usage:
     details = value.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     prompt = _count(value.get("prompt_tokens"))
+    completion = _count(value.get("completion_tokens"))
+    output = value.get("completion_tokens_details")
+    reasoning = output.get("reasoning_tokens") if isinstance(output, dict) else None
     return Usage(
         prompt_tokens=prompt,
-        completion_tokens=_count(value.get("completion_tokens")),
+        completion_tokens=completion,
         cached_prompt_tokens=min(_count(cached), prompt),
+        reasoning_tokens=min(_count(reasoning), completion),
     )
 
 
@@ -179,6 +188,7 @@ def parse_completion(content: bytes) -> ModelResponse:
         calls.append(ToolCall(new_call_id(), name, _arguments(function.get("arguments"))))
     finish = choice.get("finish_reason")
     raw_usage = body.get("usage")
+    reasoning = _reasoning(message)
     return ModelResponse(
         text=_text(message.get("content"), "content"),
         tool_calls=calls,
@@ -189,7 +199,18 @@ def parse_completion(content: bytes) -> ModelResponse:
         request_id=_groq_id(body.get("x_groq")),
         completion_id=_string(body.get("id")),
         total_time=_total_time(raw_usage),
+        reasoning=reasoning or None,
+        service_tier=_string(body.get("service_tier")),
     )
+
+
+def _reasoning(part: dict[str, Any]) -> str:
+    """A message's or a delta's reasoning text (Groq: ``reasoning``; vLLM, DeepSeek:
+    ``reasoning_content``); anything but text counts as none."""
+    value = part.get("reasoning")
+    if value is None:
+        value = part.get("reasoning_content")
+    return value if isinstance(value, str) else ""
 
 
 def _groq_id(x_groq: Any) -> str | None:
@@ -239,6 +260,7 @@ class StreamReader:
         on_text: Called with each piece of answer text.
         on_tool_call: Called with each tool call once it is complete (the stream moved on
             to the next call), before the answer ends.
+        on_reasoning: Called with each piece of reasoning text; None: it is kept only.
         started: When the request left (``time.perf_counter``); default: now.
     """
 
@@ -247,10 +269,14 @@ class StreamReader:
         on_text: Callable[[str], None],
         on_tool_call: Callable[[ToolCall], None] | None = None,
         *,
+        on_reasoning: Callable[[str], None] | None = None,
         started: float | None = None,
     ) -> None:
         self._on_text = on_text
         self._on_tool_call = on_tool_call
+        self._on_reasoning = on_reasoning
+        self._reasoning: list[str] = []
+        self._service_tier: str | None = None
         # When the request left (time.perf_counter): the time to the first token includes
         # connecting, sending and the wait for the headers.
         self._started = time.perf_counter() if started is None else started
@@ -293,6 +319,8 @@ class StreamReader:
             self._request_id = _groq_id(chunk.get("x_groq"))
         if self._completion_id is None:
             self._completion_id = _string(chunk.get("id"))
+        if self._service_tier is None:
+            self._service_tier = _string(chunk.get("service_tier"))
         if "usage" in chunk and chunk["usage"] is not None:
             self._usage = _object(chunk["usage"], "usage")
         x_groq = chunk.get("x_groq")
@@ -315,6 +343,12 @@ class StreamReader:
         fragments = delta.get("tool_calls")
         if fragments is not None and not isinstance(fragments, list):
             raise _bad("a delta's tool_calls is not a list")
+        reasoning = _reasoning(delta)
+        if reasoning:
+            # Not the first token: the answer's first token is what the caller waits for.
+            self._reasoning.append(reasoning)
+            if self._on_reasoning is not None:
+                self._on_reasoning(reasoning)
         if self.first_token is None and (content or refusal or fragments):
             self.first_token = time.perf_counter() - self._started
         if content:
@@ -415,4 +449,6 @@ class StreamReader:
             request_id=self._request_id,
             completion_id=self._completion_id,
             total_time=_total_time(timing_doc),
+            reasoning="".join(self._reasoning) or None,
+            service_tier=self._service_tier,
         )

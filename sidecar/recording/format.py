@@ -55,6 +55,7 @@ def usage_document(usage: Usage) -> dict[str, int]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "cached_prompt_tokens": usage.cached_prompt_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
     }
 
 
@@ -228,6 +229,7 @@ class RecordedTurn:
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             completion_tokens=int(usage.get("completion_tokens", 0)),
             cached_prompt_tokens=int(usage.get("cached_prompt_tokens", 0)),
+            reasoning_tokens=int(usage.get("reasoning_tokens", 0)),
         )
 
     @property

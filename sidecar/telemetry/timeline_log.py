@@ -5,7 +5,7 @@ in plain JSON, plus the config/version ``label`` that the report groups by. Dura
 and offsets are seconds. A record looks like::
 
     {"time": 1767225600.12, "label": "agent-sidecar 0.1.0", "run_id": "…",
-     "session_id": "…", "profile": "default", "model": "llama-3.3-70b-versatile",
+     "session_id": "…", "profile": "default", "model": "openai/gpt-oss-120b",
      "stop_reason": "answered", "total": 0.0512, "steps": 2, "tool_calls": 2,
      "usage": {"prompt_tokens": 1786, "completion_tokens": 137, "cached_prompt_tokens": 768},
      "cost": {"prompt_usd": 0.00083, "completion_usd": 0.00011,
@@ -13,7 +13,7 @@ and offsets are seconds. A record looks like::
      "overruns": [],
      "stages": [
        {"kind": "queue", "name": "queue", "step": 0, "start": 0.0, "duration": 0.00004},
-       {"kind": "model_call", "name": "llama-3.3-70b-versatile", "step": 1,
+       {"kind": "model_call", "name": "openai/gpt-oss-120b", "step": 1,
         "start": 0.0002, "duration": 0.0044, "attempts": 1, "ttft": 0.0031,
         "provider": {"queue": 0.0004, "prompt": 0.0011, "completion": 0.0021},
         "usage": {"prompt_tokens": 771, "completion_tokens": 23, "cached_prompt_tokens": 0}},

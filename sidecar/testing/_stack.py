@@ -27,7 +27,8 @@ __all__ = [
 SIMULATOR_MODULE = "llmsim"
 SIDECAR_MODULE = "sidecar"
 SIMULATOR_MODEL = "llm-simulator"
-"""The model name test sidecars send to the simulator (it echoes any name)."""
+"""The model name test sidecars send to the simulator: its own, which it serves beside
+Groq's current models."""
 SCENARIO = Path(__file__).with_name("scenario.yaml")
 """Scripted simulator rules for clients' tests: ``slow answer`` (a 3 s first token, for
 deadlines and cancellation) and ``refund order`` (a call that needs approval)."""
@@ -39,12 +40,15 @@ def simulator(
     *flags: str,
     scenario: str | Path | None = None,
     recording: str | Path | None = None,
+    models: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> ServerProcess:
     """Start the LLM simulator on a free port.
 
     Args:
         flags: More of its flags (``--ttft-ms``, ``--fault-rate-429`` ...).
+        models: Model names it serves besides Groq's current ones (as a local
+            endpoint's, which do not reason); any other name is a 404.
         scenario: A scenario file of scripted rules.
         recording: A recording (``agent-sidecar record export``) whose model side the
             simulator serves: each recorded input is answered as the model answered it.
@@ -55,6 +59,8 @@ def simulator(
         args += ["--scenario", str(scenario)]
     if recording is not None:
         args += ["--recording", str(recording)]
+    for name in models:
+        args += ["--serve-model", name]
     return start_process([*args, *flags], **kwargs)
 
 

@@ -44,6 +44,9 @@ class Events:
         self.kinds.append("text_delta")
         self.text.append(text)
 
+    def reasoning_delta(self, step: int, text: str) -> None:
+        self.kinds.append("reasoning_delta")
+
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
         self.kinds.append("tool_call_started")
 

@@ -27,6 +27,7 @@ from sidecar import testing
 from sidecar.testing import ServerProcess
 from tests.support.stack import (
     MODEL,
+    TEST_MODELS,
     scripted_toolserver,
     sidecar,
     sidecar_config,
@@ -129,7 +130,7 @@ async def test_recorded_turns_replay_the_same_on_the_same_configuration_and_diff
         assert await _tool_calls(tools.address) == calls_after_live
 
     # Another model: a simulator without the scripted rules plans on its own.
-    with testing.simulator() as planner:
+    with testing.simulator(models=TEST_MODELS) as planner:
         other = sidecar_config(
             planner, [{"name": "scripted", "address": tools.address}], prices=PRICES
         )
@@ -163,7 +164,7 @@ async def test_a_recording_served_by_the_simulator_answers_as_the_model_did(
     ).returncode == 0  # fmt: skip
     turns = testing.recorded_turns(export)
     # No scenario: what the simulator says now comes from the recording alone.
-    with testing.simulator(recording=export) as served:
+    with testing.simulator(recording=export, models=TEST_MODELS) as served:
         served_config = sidecar_config(served, [{"name": "scripted", "address": tools.address}])
         with sidecar(served_config, tmp_path / "served") as side:
             async with AgentClient(side.address) as client:

@@ -28,6 +28,7 @@ from sidecar.agent.judge import JUDGE_PROMPT
 from sidecar.testing import ServerProcess
 from tests.support.stack import (
     MODEL,
+    TEST_MODELS,
     SimControl,
     scripted_toolserver,
     sidecar,
@@ -177,8 +178,8 @@ async def test_a_judge_model_decides_whether_replayed_answers_mean_the_recorded_
     judge_scenario = _write(JUDGE_SCENARIO, tmp_path / "judge-scenario.yaml")
 
     with (
-        testing.simulator(scenario=candidate_scenario) as candidate,
-        testing.simulator(scenario=judge_scenario) as judge,
+        testing.simulator(scenario=candidate_scenario, models=TEST_MODELS) as candidate,
+        testing.simulator(scenario=judge_scenario, models=TEST_MODELS) as judge,
     ):
         judging = SimControl(judge.address)
 

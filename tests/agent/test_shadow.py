@@ -19,6 +19,7 @@ from sidecar import testing
 from sidecar.recording import read_turns
 from tests.support.stack import (
     MODEL,
+    TEST_MODELS,
     eventually,
     scrape,
     scripted_toolserver,
@@ -46,7 +47,11 @@ async def test_a_shadow_variant_is_compared_on_live_turns_without_side_effects(
     tmp_path: Path,
 ) -> None:
     recordings = tmp_path / "recordings"
-    with simulator() as sim, testing.simulator() as planner, scripted_toolserver() as tools:
+    with (
+        simulator() as sim,
+        testing.simulator(models=TEST_MODELS) as planner,
+        scripted_toolserver() as tools,
+    ):
         # The shadow's model plans on its own: it calls slow_read with other arguments
         # than the live run did, and answers otherwise.
         candidate = {

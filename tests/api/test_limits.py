@@ -18,6 +18,7 @@ from sidecar import testing
 from sidecar.api.stream import StreamSink
 from sidecar.types import ToolCallStatus, ToolOutcome
 from tests.support.stack import (
+    TEST_MODELS,
     SimControl,
     eventually,
     scripted_toolserver,
@@ -85,7 +86,9 @@ async def test_callers_that_never_read_a_huge_answer_cost_bounded_memory(tmp_pat
 
 
 async def test_runs_beyond_the_limit_are_refused_with_a_retry_delay(tmp_path: Path) -> None:
-    with testing.simulator(scenario=testing.SCENARIO) as sim:  # "slow answer": 3 s
+    with testing.simulator(
+        scenario=testing.SCENARIO, models=TEST_MODELS
+    ) as sim:  # "slow answer": 3 s
         config = sidecar_config(sim, [])
         config["server"] = {"port": 0, "max_concurrent_runs": 2}
         with sidecar(config, tmp_path) as side:

@@ -335,6 +335,9 @@ class _Failing:
         self.calls = 0
         self.applied = asyncio.Event()
 
+    async def check_models(self, config: Any) -> None:
+        pass  # no model endpoint to ask
+
     def apply(self, config: Any) -> list[str]:
         self.calls += 1
         if self.calls == 1:

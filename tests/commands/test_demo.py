@@ -39,7 +39,7 @@ def test_the_demo_answers_both_scenarios_with_their_tool_calls() -> None:
     assert "20250101" in founding["answer"]
     for result in (founding, presales):  # Groq's prices ship with the sidecar: no config
         cost = result["cost"]
-        assert cost["simulated"] is True and cost["pricedAs"] == "llama-3.3-70b-versatile"
+        assert cost["simulated"] is True and cost["pricedAs"] == "openai/gpt-oss-120b"
         assert cost["totalUsd"] > 0
     stages = presales["timeline"]["stages"]
     tools = [s["name"] for s in stages if s["kind"] == "STAGE_KIND_TOOL_CALL"]

@@ -10,6 +10,7 @@ import numpy
 import pytest
 
 from sidecar.agent.cost import PriceTable
+from sidecar.catalog import CATALOG, retired_names
 from sidecar.commands.cli import main
 from sidecar.commands.report import bills, load, percentile
 from sidecar.config import PriceConfig
@@ -50,22 +51,60 @@ def test_without_a_cached_price_every_prompt_token_costs_the_prompt_price() -> N
 
 def test_groqs_published_prices_ship_and_configured_ones_win() -> None:
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
-    shipped = PriceTable({}).cost("llama-3.3-70b-versatile", usage)
-    assert shipped is not None and round(shipped.total_usd, 2) == 1.38
-    mine = PriceTable({"llama-3.3-70b-versatile": PriceConfig(prompt=1.0, completion=1.0)})
-    overridden = mine.cost("llama-3.3-70b-versatile", usage)
+    shipped = PriceTable({}).cost("openai/gpt-oss-120b", usage)
+    assert shipped is not None and math.isclose(shipped.total_usd, 0.75)
+    mine = PriceTable({"openai/gpt-oss-120b": PriceConfig(prompt=1.0, completion=1.0)})
+    overridden = mine.cost("openai/gpt-oss-120b", usage)
     assert overridden is not None and overridden.total_usd == 2.0
 
 
 def test_a_simulated_run_is_priced_as_the_configured_model_and_says_so() -> None:
-    table = PriceTable({}, priced_as="llama-3.1-8b-instant", simulated=True)
+    table = PriceTable({}, priced_as="openai/gpt-oss-20b", simulated=True)
     cost = table.cost("llm-simulator", Usage(prompt_tokens=1_000_000))
-    assert cost is not None and (cost.priced_as, cost.simulated) == ("llama-3.1-8b-instant", True)
-    assert round(cost.total_usd, 2) == 0.05
+    assert cost is not None and (cost.priced_as, cost.simulated) == ("openai/gpt-oss-20b", True)
+    assert math.isclose(cost.total_usd, 0.075)
 
 
 def test_a_model_missing_from_the_price_table_has_no_cost() -> None:
     assert PriceTable({}).cost("unpriced", Usage(prompt_tokens=10)) is None
+
+
+def test_a_run_on_an_unpriced_model_names_it_instead_of_a_number() -> None:
+    table = PriceTable({})
+    stages = [
+        Stage(
+            kind=StageKind.MODEL_CALL,
+            name=name,
+            step=1,
+            start=0.0,
+            duration=0.1,
+            detail=ModelCallDetail(
+                usage=Usage(prompt_tokens=5),
+                provider=ProviderTiming(),
+                time_to_first_token=None,
+                attempts=1,
+            ),
+        )
+        for name in ("openai/gpt-oss-20b", "qwen/qwen3.6-27b", "qwen/qwen3.6-27b")
+    ]
+    usage = Usage(prompt_tokens=10, completion_tokens=5)
+    assert table.run_cost("openai/gpt-oss-120b", usage, stages) is None
+    assert table.unpriced("openai/gpt-oss-120b", stages) == ("qwen/qwen3.6-27b",)
+    assert PriceTable({}, priced_as="qwen/qwen3.6-27b").unpriced("llm-simulator", []) == (
+        "qwen/qwen3.6-27b",
+    )
+
+
+def test_every_shipped_price_names_its_source_and_date_and_retired_models_stay_priced() -> None:
+    for entry in CATALOG.values():
+        if entry.price is not None:
+            assert entry.price.source.startswith("https://") and entry.price.checked
+    for name in retired_names():
+        entry = CATALOG[name]
+        assert entry.status == "retired" and entry.retirement is not None
+        assert entry.retirement.replacement in CATALOG
+        assert CATALOG[entry.retirement.replacement].status != "retired"
+        assert PriceTable({}).cost(name, Usage(completion_tokens=1)) is not None
 
 
 def test_percentiles_interpolate_like_numpy() -> None:

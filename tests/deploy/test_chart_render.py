@@ -184,7 +184,7 @@ def test_config_values_reach_the_configmap() -> None:
         "budget": {"total": 20, "policy": "answer"},
     }
     assert config["model"] == {
-        "model": "llama-3.3-70b-versatile",
+        "model": "openai/gpt-oss-120b",
         "temperature": 0.2,
         "max_tokens": 1024,
     }

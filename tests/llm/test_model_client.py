@@ -47,7 +47,7 @@ async def model(
     client = OpenAICompatibleModel(
         base_url=f"http://{sim.address}/openai/v1",
         api_key="test",
-        model="simulated-model",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
         timeout=10,
         transport=request.param,
@@ -155,7 +155,7 @@ async def test_a_hanging_request_is_abandoned_after_the_request_timeout_and_retr
     client = OpenAICompatibleModel(
         base_url=f"http://{sim.address}/openai/v1",
         api_key="test",
-        model="simulated-model",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.1),
         timeout=0.3,
         transport=transport,
@@ -172,7 +172,7 @@ async def test_an_unreachable_endpoint_is_reported_as_unreachable(transport: str
     client = OpenAICompatibleModel(
         base_url="http://127.0.0.1:9/v1",
         api_key="test",
-        model="m",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01),
         timeout=5,
         transport=transport,

@@ -203,7 +203,7 @@ def model(address: str, transport: str, *, pacing: bool = True) -> OpenAICompati
     return OpenAICompatibleModel(
         base_url=f"http://{address}/openai/v1",
         api_key="test",
-        model="simulated-model",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=1),  # a 429 fails the call: none may happen
         timeout=20,
         transport=transport,
@@ -524,7 +524,7 @@ HOSTILE = {
     ),
 }
 _COMPLETION = (
-    '{"id": "chatcmpl-1", "object": "chat.completion", "model": "simulated-model", '
+    '{"id": "chatcmpl-1", "object": "chat.completion", "model": "llm-simulator", '
     '"choices": [{"index": 0, "finish_reason": "stop", '
     '"message": {"role": "assistant", "content": "[simulated] ok"}}], '
     '"usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}'

@@ -30,7 +30,7 @@ _GROQ_USAGE = {
 
 
 def _chunk(**fields: object) -> bytes:
-    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "llm-simulator"}
     return b"data: " + orjson.dumps({**base, **fields}) + b"\n\n"
 
 
@@ -64,7 +64,7 @@ async def test_groq_timing_sent_only_under_x_groq_reaches_the_response(endpoint:
     model = OpenAICompatibleModel(
         base_url=endpoint,
         api_key="none",
-        model="m",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=1),
         timeout=10,
     )

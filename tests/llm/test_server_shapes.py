@@ -370,7 +370,7 @@ async def test_a_retry_after_groqs_429_is_logged_with_its_request_id(
         body=json.dumps(
             {
                 "error": {
-                    "message": "Rate limit reached for model `llama-3.3-70b-versatile` in "
+                    "message": "Rate limit reached for model `openai/gpt-oss-120b` in "
                     "organization `org_01` on tokens per minute (TPM): Limit 6000, Used 5990, "
                     "Requested 120. Please try again in 1.1s.",
                     "type": "tokens",
@@ -393,3 +393,126 @@ async def test_a_retry_after_groqs_429_is_logged_with_its_request_id(
     ]
     assert len(lines) == 1
     assert "model_rate_limited, status 429" in lines[0] and "in 0.01 s" in lines[0]
+
+
+# Groq's gpt-oss (a reasoning model), as Groq sends it and as users of other clients
+# reported what tripped them: the reasoning streams first in `delta.reasoning`, and holds
+# call-like JSON and the answer's words; the calls come whole, one chunk each; usage says
+# how many completion tokens were reasoning (billed, never shown).
+GPT_OSS_REASONING = (
+    'The user asks for two cities. I should call get_current_weather with {"location": '
+    '"Paris"} and then {"location": "Tokyo"}. The answer: it is sunny.'
+)
+GPT_OSS_USAGE = {
+    **GROQ_USAGE,
+    "completion_tokens": 150,
+    "total_tokens": 370,
+    "completion_tokens_details": {"reasoning_tokens": 118},
+}
+
+
+def gpt_oss_chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        **chunk(delta, finish, **extra),
+        "model": "openai/gpt-oss-120b",
+        "service_tier": "on_demand",
+    }
+
+
+def gpt_oss_call(index: int, call_id: str, city: str) -> dict[str, Any]:
+    arguments = json.dumps({"location": city})
+    return {"index": index, **call("get_current_weather", arguments), "id": call_id}
+
+
+GPT_OSS_TOOL_CALLS_STREAM = frames(
+    gpt_oss_chunk({"role": "assistant", "content": None}, x_groq={"id": "req_01gptoss"}),
+    *(gpt_oss_chunk({"reasoning": piece}) for piece in GPT_OSS_REASONING.split(". ")),
+    gpt_oss_chunk({"tool_calls": [gpt_oss_call(0, "fc_7b1d", "Paris")]}),
+    gpt_oss_chunk({"tool_calls": [gpt_oss_call(1, "fc_9e42", "Tokyo")]}),
+    gpt_oss_chunk({}, "tool_calls", x_groq={"id": "req_01gptoss", "usage": GPT_OSS_USAGE}),
+)
+GPT_OSS_ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-oss",
+        "object": "chat.completion",
+        "created": 1733000000,
+        "model": "openai/gpt-oss-120b",
+        "service_tier": "on_demand",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "reasoning": GPT_OSS_REASONING,
+                    "content": "It is sunny in Paris.",
+                },
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": GPT_OSS_USAGE,
+        "x_groq": {"id": "req_01gptoss"},
+    }
+)
+# gpt-oss writes its calls in its own channel format; when Groq cannot parse one it
+# answers 400 tool_use_failed with that text as the failed generation.
+GPT_OSS_FAILED_GENERATION = (
+    "<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+    '<|message|>{"location": '
+)
+GPT_OSS_TOOL_USE_FAILED = json.dumps(
+    {
+        "error": {
+            "message": "Failed to parse tool call arguments as JSON",
+            "type": "invalid_request_error",
+            "code": "tool_use_failed",
+            "failed_generation": GPT_OSS_FAILED_GENERATION,
+        }
+    }
+)
+
+
+async def test_gpt_oss_reasoning_never_becomes_a_call_the_answer_or_a_message_sent_back(
+    stack: dict[str, Any],
+) -> None:
+    await play(stack, frames=GPT_OSS_TOOL_CALLS_STREAM)
+    events, result = await streamed(stack)
+    started = [e.tool_call_started for e in events if e.HasField("tool_call_started")]
+    # The JSON inside the reasoning named the same calls: still only the two real ones.
+    assert [orjson.loads(s.arguments)["location"] for s in started] == ["Paris", "Tokyo"]
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
+    assert "I should call" not in result.answer
+    # The profile streams no reasoning: no event carries it.
+    assert not [e for e in events if e.HasField("reasoning_delta")]
+    messages = await follow_up(stack)
+    assert [weather(r) for _, _, r in results(messages)] == [("Paris", 15), ("Tokyo", 15)]
+    for message in messages:
+        # Groq refuses an assistant message carrying its reasoning (a 400).
+        assert "reasoning" not in message and "reasoning_content" not in message
+        assert "I should call" not in str(message.get("content") or "")
+    [first, _] = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL]
+    usage = first.model_call.usage
+    assert (usage.completion_tokens, usage.reasoning_tokens) == (150, 118)
+    assert first.model_call.service_tier == "on_demand"
+
+
+async def test_gpt_oss_unary_answer_is_its_content_and_its_reasoning_is_counted(
+    stack: dict[str, Any],
+) -> None:
+    await play(stack, body=GPT_OSS_ANSWER)
+    result = await unary(stack, "hello")
+    assert (result.stop_reason, result.answer) == (
+        agent_pb2.STOP_REASON_ANSWERED,
+        "It is sunny in Paris.",
+    )
+    assert result.usage.reasoning_tokens == 118 and result.usage.completion_tokens == 150
+
+
+async def test_gpt_oss_tool_use_failed_in_its_channel_format_gets_the_repair_round(
+    stack: dict[str, Any],
+) -> None:
+    await play(stack, status=400, body=GPT_OSS_TOOL_USE_FAILED)
+    result = await unary(stack)
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
+    stats = await control(stack, "GET", "/stats")
+    repair = stats["recent_requests"][1]["messages"][-1]
+    assert repair["role"] == "user" and GPT_OSS_FAILED_GENERATION in repair["content"]

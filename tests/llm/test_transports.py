@@ -148,7 +148,7 @@ def model(
     return OpenAICompatibleModel(
         base_url=base_url,
         api_key="test-key",
-        model="simulated-model",
+        model="llm-simulator",
         retry=RetryPolicy(max_attempts=attempts, initial_backoff=0.01, max_backoff=0.05),
         timeout=10,
         transport=transport,
@@ -306,7 +306,7 @@ async def test_an_exchange_that_fails_below_the_status_line_names_no_secret(
         client = OpenAICompatibleModel(
             base_url=base_url,
             api_key=key,
-            model="simulated-model",
+            model="llm-simulator",
             retry=RetryPolicy(max_attempts=1),
             timeout=5,
             transport=transport,
@@ -563,7 +563,7 @@ GROQ_COMPLETION = {
     "id": "chatcmpl-f51b2cd2-bef7-417e-964e-a08f0b513c22",
     "object": "chat.completion",
     "created": 1730241104,
-    "model": "llama-3.3-70b-versatile",
+    "model": "openai/gpt-oss-120b",
     "choices": [
         {
             "index": 0,
@@ -768,7 +768,7 @@ async def test_a_proxy_asking_for_credentials_is_asked_once_never_again(
         client = OpenAICompatibleModel(
             base_url=f"{scheme}://model.example/v1",
             api_key="test-key",
-            model="m",
+            model="llm-simulator",
             retry=RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.02),
             timeout=10,
             transport=transport,

@@ -58,7 +58,7 @@ async def test_a_recorded_turn_is_answered_as_the_model_answered_it(tmp_path: Pa
         client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim")
         user = {"role": "user", "content": "where is order 7?"}
         first = await client.chat.completions.create(
-            model="m",
+            model="llm-simulator",
             messages=[user],
             tools=[TOOL],  # type: ignore[list-item]
         )
@@ -69,12 +69,12 @@ async def test_a_recorded_turn_is_answered_as_the_model_answered_it(tmp_path: Pa
             {"role": "assistant", "tool_calls": [call.model_dump()]},
             {"role": "tool", "tool_call_id": call.id, "content": "tomorrow"},
         ]
-        second = await client.chat.completions.create(model="m", messages=messages)
+        second = await client.chat.completions.create(model="llm-simulator", messages=messages)
         assert second.choices[0].message.content == "Order 7 ships tomorrow."
         assert second.system_fingerprint == "agent-sidecar-llm-simulator"
         # An input no turn had (and a shadow run's): planned as usual.
         other = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}]
+            model="llm-simulator", messages=[{"role": "user", "content": "hi"}]
         )
         assert (other.choices[0].message.content or "").startswith("[simulated]")
         await client.close()

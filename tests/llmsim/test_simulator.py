@@ -94,7 +94,7 @@ async def _faults(root: str, *faults: dict[str, Any]) -> None:
 
 async def _ask(client: openai.AsyncOpenAI, text: str, **kwargs: Any) -> Any:
     return await client.chat.completions.create(
-        model="llama-3.3-70b-versatile",
+        model="llm-simulator",
         messages=[{"role": "user", "content": text}],
         **kwargs,
     )
@@ -139,7 +139,7 @@ async def test_plain_question_gets_a_text_answer_marked_as_simulated(
     assert choice.finish_reason == "stop"
     assert choice.message.content.startswith("[simulated] ")
     assert "joke about latency" in choice.message.content
-    assert response.model == "llama-3.3-70b-versatile"
+    assert response.model == "llm-simulator"
     assert response.system_fingerprint == FINGERPRINT
     usage = response.usage
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
@@ -268,7 +268,9 @@ async def test_tool_results_are_summarised_in_a_text_answer(client: openai.Async
             for call, result in zip(tool_calls, results, strict=True)
         ),
     ]
-    response = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    response = await client.chat.completions.create(
+        model="llm-simulator", messages=messages, tools=TOOLS
+    )
 
     answer = response.choices[0].message.content
     assert response.choices[0].finish_reason == "stop"
@@ -298,7 +300,9 @@ async def test_long_json_results_are_quoted_with_whole_members_and_name_what_is_
             for call, result in zip(tool_calls, results, strict=True)
         ),
     ]
-    response = await client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    response = await client.chat.completions.create(
+        model="llm-simulator", messages=messages, tools=TOOLS
+    )
     answer = response.choices[0].message.content
     lines = dict(line.removeprefix("- ").split(": ", 1) for line in answer.splitlines()[1:])
     # The object: the members that fit, whole (the long one skipped), then what is left out.
@@ -374,10 +378,10 @@ async def test_rate_limit_headers_count_remaining_requests_down(
     client: openai.AsyncOpenAI,
 ) -> None:
     first = await client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "one"}]
+        model="llm-simulator", messages=[{"role": "user", "content": "one"}]
     )
     second = await client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "two"}]
+        model="llm-simulator", messages=[{"role": "user", "content": "two"}]
     )
 
     for name in ("requests", "tokens"):
@@ -591,7 +595,7 @@ async def test_scenario_file_scripts_each_step_then_falls_back_to_planning(
         ) as client:
             question = {"role": "user", "content": "I want a REFUND for order 20250101"}
             step0 = await client.chat.completions.create(
-                model="m", messages=[question], tools=TOOLS
+                model="llm-simulator", messages=[question], tools=TOOLS
             )
             calls = step0.choices[0].message.tool_calls
             history: list[Any] = [
@@ -599,9 +603,11 @@ async def test_scenario_file_scripts_each_step_then_falls_back_to_planning(
                 step0.choices[0].message.model_dump(exclude_none=True),
                 *({"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in calls),
             ]
-            step1 = await client.chat.completions.create(model="m", messages=history)
+            step1 = await client.chat.completions.create(model="llm-simulator", messages=history)
             history += [{"role": "assistant", "content": "..."}, {"role": "user", "content": "?"}]
-            unmatched = await client.chat.completions.create(model="m", messages=history)
+            unmatched = await client.chat.completions.create(
+                model="llm-simulator", messages=history
+            )
             with pytest.raises(openai.InternalServerError):
                 await _ask(client, "a flaky question")
             retried = await _ask(client, "a flaky question")

@@ -41,7 +41,7 @@ from sidecar import testing
 from sidecar.config import ToolAssertionConfig
 from sidecar.security.tool_identity import AssertionSigner
 from tests.support import SUPPORT
-from tests.support.stack import eventually, sidecar, sidecar_config
+from tests.support.stack import TEST_MODELS, eventually, sidecar, sidecar_config
 
 SCENARIO = Path(__file__).with_name("tool_identity_scenario.yaml")
 IDENTITY_SERVER = SUPPORT / "identity_toolserver.py"
@@ -112,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for name, token in TOKENS.items()
     ]
     with (
-        testing.simulator(scenario=SCENARIO) as sim,
+        testing.simulator(scenario=SCENARIO, models=TEST_MODELS) as sim,
         _server(record, "whoami", *verify, "--identity-audience", "ident") as ident,
         _server(record, "whoami_plain") as plain,
         _server(record, "whoami_wrongaud", *verify, "--identity-audience", "somebody") as wrong,
@@ -277,7 +277,7 @@ async def test_a_reload_switches_the_signing_key_and_a_key_it_cannot_read_change
     record = tmp_path / "handled.txt"
     flags = ["--identity-keys", str(trusted), "--identity-audience", "ident"]
     with (
-        testing.simulator(scenario=SCENARIO) as sim,
+        testing.simulator(scenario=SCENARIO, models=TEST_MODELS) as sim,
         _server(record, "whoami", *flags, "--require-identity") as ident,
     ):
         config = sidecar_config(

@@ -25,11 +25,23 @@ from tests.support import SCRIPTED_TOOLSERVER, SIDECAR_SCENARIO
 
 MODEL = "simulated-model"
 """The model name the test sidecars send (prices in tests are keyed by it)."""
+TEST_MODELS = (
+    MODEL,
+    "small-model",
+    "summary-model",
+    "light-model",
+    "stable-model",
+    "canary-model",
+    "judge-model",
+    "unpriced-model",
+)
+"""The names the sidecar tests' simulator serves beside Groq's current ones, as a local
+endpoint's models (which do not reason): the tests' token counts stay exact."""
 
 
 def simulator(*flags: str) -> ServerProcess:
     """The LLM simulator with the sidecar tests' scenario."""
-    return testing.simulator(*flags, scenario=SIDECAR_SCENARIO)
+    return testing.simulator(*flags, scenario=SIDECAR_SCENARIO, models=TEST_MODELS)
 
 
 def scripted_toolserver() -> ServerProcess:
@@ -100,6 +112,10 @@ class SimControl:
     async def stats(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._request("GET", "/stats")
         return result
+
+    async def flex_full(self, full: bool) -> None:
+        """Answer every ``service_tier: flex`` request 498 (or stop doing so)."""
+        await self._request("POST", "/flex", {"full": full})
 
 
 async def tool_stats(address: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
 from sidecar import testing
-from tests.support.stack import sidecar, sidecar_config
+from tests.support.stack import TEST_MODELS, sidecar, sidecar_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_MODULE = ROOT / "toolservers" / "go"
@@ -83,7 +83,7 @@ def stack(
         return testing.start_process([*flags, "--require-identity"], executable=str(whoami_binary))
 
     with (
-        testing.simulator(scenario=SCENARIO) as sim,
+        testing.simulator(scenario=SCENARIO, models=TEST_MODELS) as sim,
         go_server("whoami") as verifying,
         go_server("somebody-else") as other,
     ):

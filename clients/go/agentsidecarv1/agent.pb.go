@@ -1556,6 +1556,7 @@ type StreamRunResponse struct {
 	//	*StreamRunResponse_BudgetExceeded
 	//	*StreamRunResponse_RunResumed
 	//	*StreamRunResponse_ToolCallProgress
+	//	*StreamRunResponse_ReasoningDelta
 	Event         isStreamRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1702,6 +1703,15 @@ func (x *StreamRunResponse) GetToolCallProgress() *ToolCallProgress {
 	return nil
 }
 
+func (x *StreamRunResponse) GetReasoningDelta() *ReasoningDelta {
+	if x != nil {
+		if x, ok := x.Event.(*StreamRunResponse_ReasoningDelta); ok {
+			return x.ReasoningDelta
+		}
+	}
+	return nil
+}
+
 type isStreamRunResponse_Event interface {
 	isStreamRunResponse_Event()
 }
@@ -1763,6 +1773,12 @@ type StreamRunResponse_ToolCallProgress struct {
 	ToolCallProgress *ToolCallProgress `protobuf:"bytes,12,opt,name=tool_call_progress,json=toolCallProgress,proto3,oneof"`
 }
 
+type StreamRunResponse_ReasoningDelta struct {
+	// The model's reasoning text, as it streams in (a reasoning model, on a
+	// profile whose reasoning.stream is on). Never part of the answer.
+	ReasoningDelta *ReasoningDelta `protobuf:"bytes,13,opt,name=reasoning_delta,json=reasoningDelta,proto3,oneof"`
+}
+
 func (*StreamRunResponse_RunStarted) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_TextDelta) isStreamRunResponse_Event() {}
@@ -1783,6 +1799,63 @@ func (*StreamRunResponse_RunResumed) isStreamRunResponse_Event() {}
 
 func (*StreamRunResponse_ToolCallProgress) isStreamRunResponse_Event() {}
 
+func (*StreamRunResponse_ReasoningDelta) isStreamRunResponse_Event() {}
+
+// ReasoningDelta is more of a reasoning model's reasoning text.
+type ReasoningDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step (model call) whose reasoning it is, from 1.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The new text; concatenating every delta of a step gives its reasoning.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReasoningDelta) Reset() {
+	*x = ReasoningDelta{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasoningDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasoningDelta) ProtoMessage() {}
+
+func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
+func (*ReasoningDelta) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReasoningDelta) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ReasoningDelta) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 // RunResumed says a background run goes on after the replica running it
 // stopped mid-run (docs/background-runs.md says when a run is resumed and
 // when it fails as interrupted instead).
@@ -1800,7 +1873,7 @@ type RunResumed struct {
 
 func (x *RunResumed) Reset() {
 	*x = RunResumed{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1885,7 @@ func (x *RunResumed) String() string {
 func (*RunResumed) ProtoMessage() {}
 
 func (x *RunResumed) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[10]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1898,7 @@ func (x *RunResumed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResumed.ProtoReflect.Descriptor instead.
 func (*RunResumed) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunResumed) GetStep() uint32 {
@@ -1864,7 +1937,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1949,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[11]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1962,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunStarted) GetSessionId() string {
@@ -1940,7 +2013,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2025,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[12]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2038,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TextDelta) GetStep() uint32 {
@@ -2004,7 +2077,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2089,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[13]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2102,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallStarted) GetStep() uint32 {
@@ -2083,7 +2156,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2168,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[14]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2181,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCallFinished) GetStep() uint32 {
@@ -2185,7 +2258,7 @@ type ApprovalRequired struct {
 
 func (x *ApprovalRequired) Reset() {
 	*x = ApprovalRequired{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2270,7 @@ func (x *ApprovalRequired) String() string {
 func (*ApprovalRequired) ProtoMessage() {}
 
 func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[15]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2283,7 @@ func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequired.ProtoReflect.Descriptor instead.
 func (*ApprovalRequired) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApprovalRequired) GetStep() uint32 {
@@ -2270,7 +2343,7 @@ type ToolQuestion struct {
 
 func (x *ToolQuestion) Reset() {
 	*x = ToolQuestion{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2355,7 @@ func (x *ToolQuestion) String() string {
 func (*ToolQuestion) ProtoMessage() {}
 
 func (x *ToolQuestion) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[16]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2368,7 @@ func (x *ToolQuestion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolQuestion.ProtoReflect.Descriptor instead.
 func (*ToolQuestion) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolQuestion) GetMessage() string {
@@ -2333,7 +2406,7 @@ type ToolCallProgress struct {
 
 func (x *ToolCallProgress) Reset() {
 	*x = ToolCallProgress{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2418,7 @@ func (x *ToolCallProgress) String() string {
 func (*ToolCallProgress) ProtoMessage() {}
 
 func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[17]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2431,7 @@ func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
 func (*ToolCallProgress) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallProgress) GetStep() uint32 {
@@ -2416,7 +2489,7 @@ type StepFinished struct {
 
 func (x *StepFinished) Reset() {
 	*x = StepFinished{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2501,7 @@ func (x *StepFinished) String() string {
 func (*StepFinished) ProtoMessage() {}
 
 func (x *StepFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[18]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2514,7 @@ func (x *StepFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepFinished.ProtoReflect.Descriptor instead.
 func (*StepFinished) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StepFinished) GetStep() uint32 {
@@ -2474,7 +2547,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2559,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[19]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2572,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunRequest) GetSessionId() string {
@@ -2536,7 +2609,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2621,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[20]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2634,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunResponse) GetRunId() string {
@@ -2608,14 +2681,17 @@ type RunResult struct {
 	Variant string `protobuf:"bytes,10,opt,name=variant,proto3" json:"variant,omitempty"`
 	// Which of its profile's paths the run took (RUN_PATH_FULL or
 	// RUN_PATH_LIGHT).
-	Path          RunPath `protobuf:"varint,11,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Path RunPath `protobuf:"varint,11,opt,name=path,proto3,enum=agentsidecar.v1.RunPath" json:"path,omitempty"`
+	// The models the run called that the price table has no price for (cost is
+	// then unset: no price, no number); empty when every model is priced.
+	UnpricedModels []string `protobuf:"bytes,12,rep,name=unpriced_models,json=unpricedModels,proto3" json:"unpriced_models,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunResult) Reset() {
 	*x = RunResult{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2703,7 @@ func (x *RunResult) String() string {
 func (*RunResult) ProtoMessage() {}
 
 func (x *RunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[21]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2716,7 @@ func (x *RunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResult.ProtoReflect.Descriptor instead.
 func (*RunResult) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunResult) GetAnswer() string {
@@ -2720,6 +2796,13 @@ func (x *RunResult) GetPath() RunPath {
 	return RunPath_RUN_PATH_UNSPECIFIED
 }
 
+func (x *RunResult) GetUnpricedModels() []string {
+	if x != nil {
+		return x.UnpricedModels
+	}
+	return nil
+}
+
 // RunError describes a failed run for the calling service.
 type RunError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2736,7 +2819,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2831,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[22]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2844,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunError) GetCode() string {
@@ -2794,13 +2877,16 @@ type TokenUsage struct {
 	CompletionTokens uint64 `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	// Prompt tokens the provider served from its prompt cache.
 	CachedPromptTokens uint64 `protobuf:"varint,3,opt,name=cached_prompt_tokens,json=cachedPromptTokens,proto3" json:"cached_prompt_tokens,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The part of completion_tokens a reasoning model spent reasoning: billed
+	// as completion tokens, never part of the answer.
+	ReasoningTokens uint64 `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2898,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2911,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TokenUsage) GetPromptTokens() uint64 {
@@ -2845,6 +2931,13 @@ func (x *TokenUsage) GetCompletionTokens() uint64 {
 func (x *TokenUsage) GetCachedPromptTokens() uint64 {
 	if x != nil {
 		return x.CachedPromptTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetReasoningTokens() uint64 {
+	if x != nil {
+		return x.ReasoningTokens
 	}
 	return 0
 }
@@ -2878,7 +2971,7 @@ type Cost struct {
 
 func (x *Cost) Reset() {
 	*x = Cost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +2983,7 @@ func (x *Cost) String() string {
 func (*Cost) ProtoMessage() {}
 
 func (x *Cost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +2996,7 @@ func (x *Cost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cost.ProtoReflect.Descriptor instead.
 func (*Cost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cost) GetPromptUsd() float64 {
@@ -2968,7 +3061,7 @@ type ModelCost struct {
 
 func (x *ModelCost) Reset() {
 	*x = ModelCost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3073,7 @@ func (x *ModelCost) String() string {
 func (*ModelCost) ProtoMessage() {}
 
 func (x *ModelCost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3086,7 @@ func (x *ModelCost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
 func (*ModelCost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelCost) GetModel() string {
@@ -3029,7 +3122,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3134,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3147,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -3107,7 +3200,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3212,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3225,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -3175,7 +3268,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3280,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3293,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -3303,14 +3396,17 @@ type ModelCallTiming struct {
 	// The time the call was allowed (the request timeout the sidecar set,
 	// retries included): the model timeout, capped by what was left of the
 	// run's deadline and of its latency budget.
-	TimeAllowed   *durationpb.Duration `protobuf:"bytes,8,opt,name=time_allowed,json=timeAllowed,proto3" json:"time_allowed,omitempty"`
+	TimeAllowed *durationpb.Duration `protobuf:"bytes,8,opt,name=time_allowed,json=timeAllowed,proto3" json:"time_allowed,omitempty"`
+	// The provider's service tier that answered ("on_demand", "flex", ...), as
+	// the response said; empty when it did not say.
+	ServiceTier   string `protobuf:"bytes,9,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3418,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3431,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -3394,6 +3490,13 @@ func (x *ModelCallTiming) GetTimeAllowed() *durationpb.Duration {
 	return nil
 }
 
+func (x *ModelCallTiming) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
 // ToolCallTiming splits a tool call's time.
 type ToolCallTiming struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3446,7 +3549,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3561,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3574,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -3587,7 +3690,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3702,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3715,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -3659,7 +3762,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3774,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3787,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -3698,7 +3801,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3813,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3826,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3745,7 +3848,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3860,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3873,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3801,7 +3904,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3916,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3929,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3869,7 +3972,7 @@ type RunCallback struct {
 
 func (x *RunCallback) Reset() {
 	*x = RunCallback{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3881,7 +3984,7 @@ func (x *RunCallback) String() string {
 func (*RunCallback) ProtoMessage() {}
 
 func (x *RunCallback) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3894,7 +3997,7 @@ func (x *RunCallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCallback.ProtoReflect.Descriptor instead.
 func (*RunCallback) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunCallback) GetUrl() string {
@@ -3925,7 +4028,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4040,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4053,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartRunRequest) GetSessionId() string {
@@ -3992,7 +4095,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4107,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4120,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -4066,7 +4169,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4181,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4194,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Run) GetRunId() string {
@@ -4198,7 +4301,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4210,7 +4313,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4223,7 +4326,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -4251,7 +4354,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +4366,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4379,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchRunResponse) GetEvent() *StreamRunResponse {
@@ -4297,7 +4400,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4412,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4425,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -4343,7 +4446,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4458,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4471,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -4395,7 +4498,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +4510,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +4523,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListRunsRequest) GetSessionId() string {
@@ -4457,7 +4560,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4469,7 +4572,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4482,7 +4585,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -4510,7 +4613,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4522,7 +4625,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4535,7 +4638,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -4558,7 +4661,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4673,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4686,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -4655,7 +4758,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
 	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
-	"outputMode\"\xa7\x06\n" +
+	"outputMode\"\xf3\x06\n" +
 	"\x11StreamRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\rR\bsequence\x12>\n" +
@@ -4672,8 +4775,12 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	" \x01(\v2\x1f.agentsidecar.v1.BudgetExceededH\x00R\x0ebudgetExceeded\x12>\n" +
 	"\vrun_resumed\x18\v \x01(\v2\x1b.agentsidecar.v1.RunResumedH\x00R\n" +
 	"runResumed\x12Q\n" +
-	"\x12tool_call_progress\x18\f \x01(\v2!.agentsidecar.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
-	"\x05event\":\n" +
+	"\x12tool_call_progress\x18\f \x01(\v2!.agentsidecar.v1.ToolCallProgressH\x00R\x10toolCallProgress\x12J\n" +
+	"\x0freasoning_delta\x18\r \x01(\v2\x1f.agentsidecar.v1.ReasoningDeltaH\x00R\x0ereasoningDeltaB\a\n" +
+	"\x05event\"8\n" +
+	"\x0eReasoningDelta\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\":\n" +
 	"\n" +
 	"RunResumed\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x18\n" +
@@ -4731,7 +4838,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"outputMode\"X\n" +
 	"\vRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xee\x03\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\x97\x04\n" +
 	"\tRunResult\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12<\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x1b.agentsidecar.v1.StopReasonR\n" +
@@ -4746,16 +4853,18 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x0fbudget_overruns\x18\t \x03(\v2\x1f.agentsidecar.v1.BudgetExceededR\x0ebudgetOverruns\x12\x18\n" +
 	"\avariant\x18\n" +
 	" \x01(\tR\avariant\x12,\n" +
-	"\x04path\x18\v \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\"V\n" +
+	"\x04path\x18\v \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\x12'\n" +
+	"\x0funpriced_models\x18\f \x03(\tR\x0eunpricedModels\"V\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\bR\tretryable\"\x90\x01\n" +
+	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xbb\x01\n" +
 	"\n" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x04R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x04R\x10completionTokens\x120\n" +
-	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\"\x84\x02\n" +
+	"\x14cached_prompt_tokens\x18\x03 \x01(\x04R\x12cachedPromptTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x04 \x01(\x04R\x0freasoningTokens\"\x84\x02\n" +
 	"\x04Cost\x12\x1d\n" +
 	"\n" +
 	"prompt_usd\x18\x01 \x01(\x01R\tpromptUsd\x12%\n" +
@@ -4786,7 +4895,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"model_call\x18\x06 \x01(\v2 .agentsidecar.v1.ModelCallTimingH\x00R\tmodelCall\x12>\n" +
 	"\ttool_call\x18\a \x01(\v2\x1f.agentsidecar.v1.ToolCallTimingH\x00R\btoolCallB\b\n" +
-	"\x06detail\"\xf4\x03\n" +
+	"\x06detail\"\x97\x04\n" +
 	"\x0fModelCallTiming\x12H\n" +
 	"\x13time_to_first_token\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstToken\x12I\n" +
 	"\x13provider_queue_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11providerQueueTime\x12K\n" +
@@ -4796,7 +4905,8 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12<\n" +
-	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\"\xbc\x05\n" +
+	"\ftime_allowed\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtimeAllowed\x12!\n" +
+	"\fservice_tier\x18\t \x01(\tR\vserviceTier\"\xbc\x05\n" +
 	"\x0eToolCallTiming\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.agentsidecar.v1.ToolCallStatusR\x06status\x12D\n" +
@@ -5002,7 +5112,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(RunPath)(0),                     // 1: agentsidecar.v1.RunPath
@@ -5027,162 +5137,164 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(*Turn)(nil),                     // 20: agentsidecar.v1.Turn
 	(*StreamRunRequest)(nil),         // 21: agentsidecar.v1.StreamRunRequest
 	(*StreamRunResponse)(nil),        // 22: agentsidecar.v1.StreamRunResponse
-	(*RunResumed)(nil),               // 23: agentsidecar.v1.RunResumed
-	(*RunStarted)(nil),               // 24: agentsidecar.v1.RunStarted
-	(*TextDelta)(nil),                // 25: agentsidecar.v1.TextDelta
-	(*ToolCallStarted)(nil),          // 26: agentsidecar.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),         // 27: agentsidecar.v1.ToolCallFinished
-	(*ApprovalRequired)(nil),         // 28: agentsidecar.v1.ApprovalRequired
-	(*ToolQuestion)(nil),             // 29: agentsidecar.v1.ToolQuestion
-	(*ToolCallProgress)(nil),         // 30: agentsidecar.v1.ToolCallProgress
-	(*StepFinished)(nil),             // 31: agentsidecar.v1.StepFinished
-	(*RunRequest)(nil),               // 32: agentsidecar.v1.RunRequest
-	(*RunResponse)(nil),              // 33: agentsidecar.v1.RunResponse
-	(*RunResult)(nil),                // 34: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 35: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 36: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 37: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 38: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 39: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 40: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 41: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 42: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 43: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 44: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 45: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 46: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 47: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 48: agentsidecar.v1.SessionTool
-	(*RunCallback)(nil),              // 49: agentsidecar.v1.RunCallback
-	(*StartRunRequest)(nil),          // 50: agentsidecar.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 51: agentsidecar.v1.StartRunResponse
-	(*Run)(nil),                      // 52: agentsidecar.v1.Run
-	(*WatchRunRequest)(nil),          // 53: agentsidecar.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),         // 54: agentsidecar.v1.WatchRunResponse
-	(*GetRunRequest)(nil),            // 55: agentsidecar.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 56: agentsidecar.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 57: agentsidecar.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 58: agentsidecar.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),         // 59: agentsidecar.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),        // 60: agentsidecar.v1.CancelRunResponse
-	nil,                              // 61: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 62: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 65: agentsidecar.v1.ToolDescriptor
+	(*ReasoningDelta)(nil),           // 23: agentsidecar.v1.ReasoningDelta
+	(*RunResumed)(nil),               // 24: agentsidecar.v1.RunResumed
+	(*RunStarted)(nil),               // 25: agentsidecar.v1.RunStarted
+	(*TextDelta)(nil),                // 26: agentsidecar.v1.TextDelta
+	(*ToolCallStarted)(nil),          // 27: agentsidecar.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),         // 28: agentsidecar.v1.ToolCallFinished
+	(*ApprovalRequired)(nil),         // 29: agentsidecar.v1.ApprovalRequired
+	(*ToolQuestion)(nil),             // 30: agentsidecar.v1.ToolQuestion
+	(*ToolCallProgress)(nil),         // 31: agentsidecar.v1.ToolCallProgress
+	(*StepFinished)(nil),             // 32: agentsidecar.v1.StepFinished
+	(*RunRequest)(nil),               // 33: agentsidecar.v1.RunRequest
+	(*RunResponse)(nil),              // 34: agentsidecar.v1.RunResponse
+	(*RunResult)(nil),                // 35: agentsidecar.v1.RunResult
+	(*RunError)(nil),                 // 36: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 37: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 38: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 39: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 40: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 41: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 42: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 43: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 44: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 45: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 46: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 47: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 48: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 49: agentsidecar.v1.SessionTool
+	(*RunCallback)(nil),              // 50: agentsidecar.v1.RunCallback
+	(*StartRunRequest)(nil),          // 51: agentsidecar.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 52: agentsidecar.v1.StartRunResponse
+	(*Run)(nil),                      // 53: agentsidecar.v1.Run
+	(*WatchRunRequest)(nil),          // 54: agentsidecar.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),         // 55: agentsidecar.v1.WatchRunResponse
+	(*GetRunRequest)(nil),            // 56: agentsidecar.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 57: agentsidecar.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 58: agentsidecar.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 59: agentsidecar.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),         // 60: agentsidecar.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),        // 61: agentsidecar.v1.CancelRunResponse
+	nil,                              // 62: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 63: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 66: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	61, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	62, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
 	19, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
 	19, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	62, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	63, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	63, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	63, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	64, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	64, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	20, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	3,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	63, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	63, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	36, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	64, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	64, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	37, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	24, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
-	25, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
-	26, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
-	27, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
-	28, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
-	31, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
-	34, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	39, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
-	23, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
-	30, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
-	1,  // 22: agentsidecar.v1.RunStarted.path:type_name -> agentsidecar.v1.RunPath
-	2,  // 23: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	64, // 24: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	29, // 25: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
-	40, // 26: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
-	0,  // 27: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	34, // 28: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
-	3,  // 29: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	35, // 30: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	36, // 31: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	37, // 32: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	40, // 33: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	39, // 34: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
-	1,  // 35: agentsidecar.v1.RunResult.path:type_name -> agentsidecar.v1.RunPath
-	38, // 36: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	4,  // 37: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	64, // 38: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	64, // 39: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	5,  // 40: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	41, // 41: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	64, // 42: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	6,  // 43: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	64, // 44: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	64, // 45: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	42, // 46: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	43, // 47: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	64, // 48: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	64, // 49: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	64, // 50: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	64, // 51: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	36, // 52: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	64, // 53: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	2,  // 54: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	64, // 55: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	64, // 56: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	64, // 57: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	64, // 58: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	8,  // 59: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	64, // 60: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 61: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
-	64, // 62: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
-	9,  // 63: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	48, // 64: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	65, // 65: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	10, // 66: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	0,  // 67: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	49, // 68: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
-	52, // 69: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
-	11, // 70: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
-	63, // 71: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	63, // 72: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
-	63, // 73: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	34, // 74: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
-	28, // 75: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
-	12, // 76: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
-	0,  // 77: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
-	22, // 78: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
-	52, // 79: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
-	52, // 80: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
-	52, // 81: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
-	13, // 82: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	15, // 83: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	17, // 84: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	21, // 85: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	32, // 86: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	44, // 87: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	46, // 88: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	50, // 89: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
-	53, // 90: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
-	55, // 91: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
-	57, // 92: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
-	59, // 93: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
-	14, // 94: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	16, // 95: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	18, // 96: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	22, // 97: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	33, // 98: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	45, // 99: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	47, // 100: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	51, // 101: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
-	54, // 102: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
-	56, // 103: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
-	58, // 104: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
-	60, // 105: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
-	94, // [94:106] is the sub-list for method output_type
-	82, // [82:94] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	25, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
+	26, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
+	27, // 14: agentsidecar.v1.StreamRunResponse.tool_call_started:type_name -> agentsidecar.v1.ToolCallStarted
+	28, // 15: agentsidecar.v1.StreamRunResponse.tool_call_finished:type_name -> agentsidecar.v1.ToolCallFinished
+	29, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
+	32, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
+	35, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
+	40, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	24, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
+	31, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
+	23, // 22: agentsidecar.v1.StreamRunResponse.reasoning_delta:type_name -> agentsidecar.v1.ReasoningDelta
+	1,  // 23: agentsidecar.v1.RunStarted.path:type_name -> agentsidecar.v1.RunPath
+	2,  // 24: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
+	65, // 25: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	30, // 26: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
+	41, // 27: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	0,  // 28: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	35, // 29: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
+	3,  // 30: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
+	36, // 31: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	37, // 32: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	38, // 33: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	41, // 34: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	40, // 35: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	1,  // 36: agentsidecar.v1.RunResult.path:type_name -> agentsidecar.v1.RunPath
+	39, // 37: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	4,  // 38: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	65, // 39: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	65, // 40: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	5,  // 41: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	42, // 42: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	65, // 43: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	6,  // 44: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	65, // 45: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	65, // 46: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	43, // 47: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	44, // 48: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	65, // 49: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	65, // 50: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	65, // 51: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	65, // 52: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	37, // 53: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	65, // 54: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	2,  // 55: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	65, // 56: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	65, // 57: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	65, // 58: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	65, // 59: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	8,  // 60: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	65, // 61: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 62: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
+	65, // 63: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
+	9,  // 64: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	49, // 65: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	66, // 66: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	10, // 67: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	0,  // 68: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	50, // 69: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
+	53, // 70: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
+	11, // 71: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
+	64, // 72: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	64, // 73: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	64, // 74: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	35, // 75: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
+	29, // 76: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
+	12, // 77: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
+	0,  // 78: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
+	22, // 79: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
+	53, // 80: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
+	53, // 81: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
+	53, // 82: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
+	13, // 83: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	15, // 84: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	17, // 85: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	21, // 86: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	33, // 87: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	45, // 88: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	47, // 89: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	51, // 90: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
+	54, // 91: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
+	56, // 92: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
+	58, // 93: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
+	60, // 94: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
+	14, // 95: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	16, // 96: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	18, // 97: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	22, // 98: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	34, // 99: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	46, // 100: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	48, // 101: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	52, // 102: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
+	55, // 103: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
+	57, // 104: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
+	59, // 105: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
+	61, // 106: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
+	95, // [95:107] is the sub-list for method output_type
+	83, // [83:95] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -5202,8 +5314,9 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_BudgetExceeded)(nil),
 		(*StreamRunResponse_RunResumed)(nil),
 		(*StreamRunResponse_ToolCallProgress)(nil),
+		(*StreamRunResponse_ReasoningDelta)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -5213,7 +5326,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

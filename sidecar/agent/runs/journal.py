@@ -229,6 +229,9 @@ class Journal:
         for at in range(0, len(text), piece):
             self._add("text_delta", step, text[at : at + piece])
 
+    def reasoning_delta(self, step: int, text: str) -> None:
+        pass  # streamed to a live caller only: reasoning is never journaled
+
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
         self._add("tool_call_started", step, call_id, tool_name, arguments)
         self._settled(call_id)

@@ -306,7 +306,7 @@ class StreamRunRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded", "run_resumed", "tool_call_progress")
+    __slots__ = ("run_id", "sequence", "run_started", "text_delta", "tool_call_started", "tool_call_finished", "approval_required", "step_finished", "run_finished", "budget_exceeded", "run_resumed", "tool_call_progress", "reasoning_delta")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +319,7 @@ class StreamRunResponse(_message.Message):
     BUDGET_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     RUN_RESUMED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_DELTA_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     sequence: int
     run_started: RunStarted
@@ -331,7 +332,16 @@ class StreamRunResponse(_message.Message):
     budget_exceeded: BudgetExceeded
     run_resumed: RunResumed
     tool_call_progress: ToolCallProgress
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ..., tool_call_progress: _Optional[_Union[ToolCallProgress, _Mapping]] = ...) -> None: ...
+    reasoning_delta: ReasoningDelta
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., approval_required: _Optional[_Union[ApprovalRequired, _Mapping]] = ..., step_finished: _Optional[_Union[StepFinished, _Mapping]] = ..., run_finished: _Optional[_Union[RunResult, _Mapping]] = ..., budget_exceeded: _Optional[_Union[BudgetExceeded, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ..., tool_call_progress: _Optional[_Union[ToolCallProgress, _Mapping]] = ..., reasoning_delta: _Optional[_Union[ReasoningDelta, _Mapping]] = ...) -> None: ...
+
+class ReasoningDelta(_message.Message):
+    __slots__ = ("step", "text")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    text: str
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class RunResumed(_message.Message):
     __slots__ = ("step", "attempt")
@@ -460,7 +470,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path", "unpriced_models")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -472,6 +482,7 @@ class RunResult(_message.Message):
     BUDGET_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    UNPRICED_MODELS_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -483,7 +494,8 @@ class RunResult(_message.Message):
     budget_overruns: _containers.RepeatedCompositeFieldContainer[BudgetExceeded]
     variant: str
     path: RunPath
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ...) -> None: ...
+    unpriced_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ..., unpriced_models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
@@ -496,14 +508,16 @@ class RunError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+    __slots__ = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "reasoning_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+    reasoning_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class Cost(_message.Message):
     __slots__ = ("prompt_usd", "completion_usd", "total_usd", "cached_prompt_usd", "priced_as", "simulated", "models")
@@ -572,7 +586,7 @@ class Stage(_message.Message):
     def __init__(self, kind: _Optional[_Union[StageKind, str]] = ..., name: _Optional[str] = ..., step: _Optional[int] = ..., start_offset: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., model_call: _Optional[_Union[ModelCallTiming, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallTiming, _Mapping]] = ...) -> None: ...
 
 class ModelCallTiming(_message.Message):
-    __slots__ = ("time_to_first_token", "provider_queue_time", "provider_prompt_time", "provider_completion_time", "usage", "attempts", "error_code", "time_allowed")
+    __slots__ = ("time_to_first_token", "provider_queue_time", "provider_prompt_time", "provider_completion_time", "usage", "attempts", "error_code", "time_allowed", "service_tier")
     TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_QUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_PROMPT_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -581,6 +595,7 @@ class ModelCallTiming(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     TIME_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_TIER_FIELD_NUMBER: _ClassVar[int]
     time_to_first_token: _duration_pb2.Duration
     provider_queue_time: _duration_pb2.Duration
     provider_prompt_time: _duration_pb2.Duration
@@ -589,7 +604,8 @@ class ModelCallTiming(_message.Message):
     attempts: int
     error_code: str
     time_allowed: _duration_pb2.Duration
-    def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    service_tier: str
+    def __init__(self, time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_queue_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_prompt_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_completion_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., attempts: _Optional[int] = ..., error_code: _Optional[str] = ..., time_allowed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., service_tier: _Optional[str] = ...) -> None: ...
 
 class ToolCallTiming(_message.Message):
     __slots__ = ("call_id", "status", "handler_duration", "attempts", "wait_duration", "retry_backoff", "breaker_rejected", "time_allowed", "cache_result", "cache_saved", "hedge", "hedge_delay", "speculated")

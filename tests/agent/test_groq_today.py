@@ -1,0 +1,154 @@
+"""Today's Groq through real sidecars: models the endpoint does not serve are refused before
+a run, reasoning streams as its own events and is counted, unpriced models say so, and each
+run class gets its service tier."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentsidecar.client import AgentClient
+from agentsidecar.v1 import agent_pb2
+from tests.support.stack import eventually, run_events, sidecar, sidecar_config, simulator
+
+
+def _write(tmp_path: Path, config: dict[str, Any], name: str = "sidecar.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "GROQ_API_KEY"}
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=environ,
+        check=False,
+    )
+
+
+def _model_calls(result: agent_pb2.RunResult) -> list[agent_pb2.Stage]:
+    return [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL]
+
+
+def test_a_retired_model_stops_the_sidecar_at_start_naming_its_replacement(
+    tmp_path: Path,
+) -> None:
+    # No key and no base_url: the built-in simulator, which serves today's Groq models.
+    path = _write(
+        tmp_path,
+        {
+            "server": {"port": 0},
+            "sessions": {"store": "memory"},
+            "model": {"model": "llama-3.3-70b-versatile"},
+        },
+    )
+    done = _command("serve", "--config", str(path))
+    assert done.returncode == 2, done.stderr
+    assert "names llama-3.3-70b-versatile, which the model endpoint does not serve" in done.stderr
+    assert "replaced by openai/gpt-oss-120b" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_refuses_an_unserved_model_and_warns_of_the_retirement_schedule(
+    tmp_path: Path,
+) -> None:
+    with simulator() as sim:
+        config = sidecar_config(
+            sim, [], profiles={"default": {"tools_model": {"model": "llama-3.1-8b-instant"}}}
+        )
+        done = _command("check", "--config", str(_write(tmp_path, config)))
+        served = _command("check", "--config", str(_write(tmp_path, sidecar_config(sim, []))))
+    assert done.returncode == 2, done.stdout + done.stderr
+    refused = [line for line in done.stdout.splitlines() if line.startswith("refused:")]
+    assert (
+        len(refused) == 1
+        and "profiles.default.tools_model names llama-3.1-8b-instant" in (refused[0])
+    )
+    assert "closest it serves: " in refused[0] and "openai/gpt-oss-20b" in refused[0]
+    assert "which Groq shut down on 2026-08-16: use openai/gpt-oss-20b" in done.stdout
+    assert served.returncode == 0, served.stdout + served.stderr
+
+
+def test_a_profile_allowing_more_tools_than_a_request_carries_is_refused(tmp_path: Path) -> None:
+    config = {"profiles": {"wide": {"tools": [f"tool_{n}" for n in range(129)]}}}
+    done = _command("check", "--offline", "--config", str(_write(tmp_path, config)))
+    assert done.returncode == 2
+    assert "profiles.wide.tools allows 129 tools" in done.stdout
+    assert "model.max_tools_per_request: 128" in done.stdout
+
+
+async def test_reasoning_streams_as_its_own_events_and_is_counted_and_priced(
+    tmp_path: Path,
+) -> None:
+    profiles = {
+        "default": {"reasoning": {"stream": True}},
+        "quiet": {},
+        "preview": {},
+        "flex": {"service_tiers": {"caller": "flex"}},
+    }
+    with simulator() as sim:
+        config = sidecar_config(sim, [], profiles=profiles)
+        config["model"]["model"] = "openai/gpt-oss-20b"
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                events, result = await run_events(client, "hello there")
+                _, quiet = await run_events(client, "hello there", profile="quiet")
+                _, flex = await run_events(client, "hello there", profile="flex")
+    reasoning = "".join(e.reasoning_delta.text for e in events if e.HasField("reasoning_delta"))
+    answer = "".join(e.text_delta.text for e in events if e.HasField("text_delta"))
+    assert reasoning.startswith("[simulated reasoning]") and "hello there" in reasoning
+    assert "[simulated reasoning]" not in answer and answer == result.answer
+    assert result.usage.reasoning_tokens > 0 and quiet.usage.reasoning_tokens > 0
+    [call] = _model_calls(result)
+    assert call.model_call.usage.reasoning_tokens == result.usage.reasoning_tokens
+    assert call.model_call.service_tier == "on_demand"
+    # Reasoning tokens are completion tokens, billed at the completion price.
+    assert result.cost.priced_as == "openai/gpt-oss-20b"
+    assert abs(result.cost.completion_usd - result.usage.completion_tokens * 0.30e-6) < 1e-12
+    [flex_call] = _model_calls(flex)
+    assert flex_call.model_call.service_tier == "flex"
+
+
+async def test_a_run_on_a_model_with_no_price_says_unpriced(tmp_path: Path) -> None:
+    with simulator() as sim:
+        config = sidecar_config(sim, [])
+        config["model"]["model"] = "qwen/qwen3.6-27b"
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                _, result = await run_events(client, "hello")
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
+    assert not result.HasField("cost") and list(result.unpriced_models) == ["qwen/qwen3.6-27b"]
+
+
+async def test_a_reload_naming_an_unserved_model_is_refused_and_the_sidecar_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "sidecar.log"
+    with simulator() as sim:
+        config = sidecar_config(sim, [])
+        with log.open("wb") as stderr, sidecar(config, tmp_path, stderr=stderr) as side:
+            path = tmp_path / "sidecar.yaml"
+            changed = yaml.safe_load(path.read_text())
+            changed["profiles"]["default"]["tools_model"] = {"model": "qwen/qwen3-32b"}
+            path.write_text(yaml.safe_dump(changed))
+            side.send_signal(signal.SIGHUP)
+
+            async def refused() -> bool:
+                return "configuration not reloaded (SIGHUP)" in log.read_text()
+
+            await eventually(refused, timeout=30)
+            async with AgentClient(side.address) as client:
+                _, result = await run_events(client, "hello")
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    [line] = [x for x in log.read_text().splitlines() if "not reloaded (SIGHUP)" in x]
+    assert "qwen/qwen3-32b, which the model endpoint does not serve" in line
+    assert "replaced by qwen/qwen3.6-27b" in line
