@@ -74,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="length of the rate-limit windows in seconds (default %(default)s)",
     )
     parser.add_argument(
+        "--ratelimit-output-tokens",
+        type=int,
+        default=None,
+        help="output tokens per window, enforced (with --enforce-ratelimits), not reported",
+    )
+    parser.add_argument(
         "--serve-model",
         action="append",
         default=[],
@@ -125,6 +131,7 @@ def options_from_args(args: argparse.Namespace) -> SimulatorOptions:
         ratelimit_window_s=args.ratelimit_window_s,
         enforce_ratelimits=args.enforce_ratelimits,
         extra_models=tuple(args.serve_model),
+        ratelimit_output_tokens=args.ratelimit_output_tokens,
         flex_full=args.flex_full,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -67,6 +67,10 @@ class SimulatorOptions:
     """Length of the request and token budget windows, in seconds. Default 60, as the
     per-minute limits of Groq; shorter windows make pacing observable in a test."""
 
+    ratelimit_output_tokens: int | None = None
+    """Output tokens (completion, reasoning included) per window, enforced with a 429
+    under ``enforce_ratelimits`` and reported in no header, as Groq's OTPM. Default none."""
+
     enforce_ratelimits: bool = False
     """Answer 429 (with ``retry-after``) once a window's budget is spent. Default off: the
     headers only report, so pacing logic can be observed without being forced."""

@@ -1,4 +1,9 @@
-"""Groq-style ``x-ratelimit-*`` headers from fixed budget windows (60 s by default)."""
+"""Groq-style ``x-ratelimit-*`` headers from fixed budget windows (60 s by default).
+
+An output-token limit (Groq's OTPM, which some organisations have beside the combined
+token limit) counts the tokens answers generated, reasoning included; as in Groq's
+documented headers, it is not reported, only enforced.
+"""
 
 from __future__ import annotations
 
@@ -16,18 +21,27 @@ class Budget:
     remaining_requests: int
     remaining_tokens: int
     reset_s: float
+    output_spent: bool = False
+    """The window's output tokens were spent before this request."""
 
     @property
     def exhausted(self) -> bool:
         """Whether the request that was just admitted went over a budget."""
-        return self.remaining_requests < 0 or self.remaining_tokens < 0
+        return self.remaining_requests < 0 or self.remaining_tokens < 0 or self.output_spent
 
 
 class RateLimits:
     """Counts requests and tokens per window and renders the headers."""
 
-    def __init__(self, limit_requests: int, limit_tokens: int, window_s: float = WINDOW_S) -> None:
+    def __init__(
+        self,
+        limit_requests: int,
+        limit_tokens: int,
+        window_s: float = WINDOW_S,
+        limit_output: int | None = None,
+    ) -> None:
         self._limits = (limit_requests, limit_tokens)
+        self.limit_output = limit_output
         self._window = window_s
         self._fixed = {
             "x-ratelimit-limit-requests": str(limit_requests),
@@ -40,20 +54,31 @@ class RateLimits:
         self._window_start = time.monotonic()
         self._requests = 0
         self._tokens = 0
+        self.output = 0
 
-    def admit(self, tokens: int) -> Budget:
-        """Count one request of ``tokens`` estimated tokens."""
-        now = time.monotonic()
+    def generated(self, tokens: int) -> None:
+        """Count the output tokens an answer generated."""
+        self._roll(time.monotonic())
+        self.output += tokens
+
+    def _roll(self, now: float) -> None:
         if now - self._window_start >= self._window:
             self._window_start = now
             self._requests = 0
             self._tokens = 0
+            self.output = 0
+
+    def admit(self, tokens: int) -> Budget:
+        """Count one request of ``tokens`` estimated tokens."""
+        now = time.monotonic()
+        self._roll(now)
         self._requests += 1
         self._tokens += tokens
         return Budget(
             self._limits[0] - self._requests,
             self._limits[1] - self._tokens,
             self._window - (now - self._window_start),
+            self.limit_output is not None and self.output >= self.limit_output,
         )
 
     def headers(self, budget: Budget) -> dict[str, str]:

@@ -119,7 +119,10 @@ class LLMSimulator:
         )
         self._step_faults = OnceGate()
         self._limits = RateLimits(
-            opts.ratelimit_requests, opts.ratelimit_tokens, opts.ratelimit_window_s
+            opts.ratelimit_requests,
+            opts.ratelimit_tokens,
+            opts.ratelimit_window_s,
+            opts.ratelimit_output_tokens,
         )
         self._prompt_cache = PromptCache()
         self._served: dict[str, tuple[str, ...] | None] = dict(SERVED)
@@ -311,6 +314,12 @@ class LLMSimulator:
         if self._options.enforce_ratelimits and budget.exhausted:
             headers["retry-after"] = str(max(1, math.ceil(budget.reset_s)))
             message = "Rate limit reached: the simulated budget for this window is spent."
+            if budget.output_spent:
+                message = (
+                    f"Rate limit reached for model `{body['model']}` on output tokens per "
+                    f"minute (OTPM): Limit {self._limits.limit_output}, Used "
+                    f"{self._limits.output}."
+                )
             return self._error(429, message, headers)
 
         if tier == "flex" and self.flex_full:
@@ -356,6 +365,7 @@ class LLMSimulator:
         cached = self._prompt_cache.cached_tokens(body, prompt_tokens)
         plan = reasoning_plan(body, self._served)
         reasoning = plan.tokens if plan is not None else 0
+        self._limits.generated(completion_tokens(reply) + reasoning)
         thinking = None
         if plan is not None and plan.shown is not None:
             thinking = Thinking(reasoning_text(plan, _last_user_text(body)), plan.shown)

@@ -414,6 +414,17 @@ class ModelConfig(_Strict):
     daily quota's reset (or a forged header) holds requests back a minute at most. While
     requests are held back longer than 10 s, one request every 10 s goes out to learn
     whether the limit is gone."""
+    input_tokens_per_minute: int | None = Field(None, ge=1)
+    """The account's limit on input tokens per minute, where it has one apart from the
+    combined limit the headers report (Groq's ITPM, on its Limits page as "X in"):
+    requests wait for room under it instead of meeting a 429. Unset: none."""
+    output_tokens_per_minute: int | None = Field(None, ge=1)
+    """The account's limit on output tokens per minute (Groq's OTPM, "Y out"): counted
+    from each answer's completion tokens, reasoning included, and held for the output a
+    request is expected to generate. Unset: none."""
+    token_limits_window: float = Field(60.0, gt=0, le=3600)
+    """Seconds ``input_tokens_per_minute`` and ``output_tokens_per_minute`` count over:
+    a minute, as Groq counts them (shorter only to test)."""
     retry: RetryPolicy = MODEL_RETRY
     """Retries of failed model requests (429, 498, 5xx, connection errors). A 429's
     ``retry-after`` (at most ``max_rate_limit_wait``) replaces the backoff; a wait the

@@ -146,6 +146,9 @@ class ModelRoster:
             service_tier=model.service_tier,
             flex_fallback=model.flex_fallback,
             max_tools=model.max_tools_per_request,
+            input_tokens_per_minute=model.input_tokens_per_minute,
+            output_tokens_per_minute=model.output_tokens_per_minute,
+            token_window=model.token_limits_window,
         )
 
     def model_for(self, override: Mapping[str, object] | None) -> Model:

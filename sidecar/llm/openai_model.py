@@ -102,6 +102,9 @@ class OpenAICompatibleModel:
         service_tier: Sent as ``service_tier`` unless a request names its own; None: not.
         flex_fallback: The tier a ``flex`` request is sent on once more after a 498.
         max_tools: The most tools a request may carry.
+        input_tokens_per_minute: The account's input-token limit (ITPM), paced by.
+        output_tokens_per_minute: Its output-token limit (OTPM), paced by.
+        token_window: Seconds those two count over (Groq's: a minute).
 
     Raises:
         StartupError: a TLS file cannot be loaded.
@@ -132,6 +135,9 @@ class OpenAICompatibleModel:
         service_tier: str | None = None,
         flex_fallback: str | None = None,
         max_tools: int = 128,
+        input_tokens_per_minute: int | None = None,
+        output_tokens_per_minute: int | None = None,
+        token_window: float = 60.0,
     ) -> None:
         self.name = model
         self._redact = redact
@@ -156,7 +162,15 @@ class OpenAICompatibleModel:
         self._transport: Transport = open_transport(transport, endpoint)
         self._max_wait = max_rate_limit_wait
         self._pacer: Pacer | None = (
-            (pacers or PROCESS_PACERS).get(base_url, model, api_key, max_rate_limit_wait)
+            (pacers or PROCESS_PACERS).get(
+                base_url,
+                model,
+                api_key,
+                max_rate_limit_wait,
+                input_limit=input_tokens_per_minute,
+                output_limit=output_tokens_per_minute,
+                window=token_window,
+            )
             if pacing
             else None
         )
@@ -236,9 +250,7 @@ class OpenAICompatibleModel:
         # configured request timeout, so a hung request is abandoned and retried.
         deadline = time.monotonic() + request.timeout
         body = self._body(request)
-        # A provider's token budget counts what the answer generates too, its reasoning
-        # included: the recent answers' size (the largest, fading) is the estimate.
-        tokens = len(body) // _BYTES_PER_TOKEN + self._expected_output
+        tokens = len(body) // _BYTES_PER_TOKEN
         emitted = False
         paced = 0.0
         request_id: str | None = None  # the latest attempt's, for the retry's log line
@@ -257,9 +269,13 @@ class OpenAICompatibleModel:
             nonlocal paced, request_id
             request_id = None
             ticket = None
+            generated = 0  # output tokens of the answer, for the pacer's output limit
             try:
                 if self._pacer is not None:
-                    ticket = await self._pacer.acquire(tokens, deadline)
+                    # A token budget counts what the answer generates too, its reasoning
+                    # included: the recent answers' size (the largest, fading) is the
+                    # estimate.
+                    ticket = await self._pacer.acquire(tokens, deadline, self._expected_output)
                     paced += ticket.waited
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -281,6 +297,7 @@ class OpenAICompatibleModel:
                             on_tool_call=on_tool_call,
                             sent=sent,
                         )
+                        generated = response.usage.completion_tokens
                 except ModelError as exc:
                     if exc.code == MODEL_TIMEOUT and timeout == remaining:
                         # The run's own deadline cut the request off, not a slow endpoint.
@@ -300,6 +317,7 @@ class OpenAICompatibleModel:
                 raise exc from None
             finally:
                 if ticket is not None:
+                    ticket.settle(generated)
                     ticket.release()
             response.request_bytes = len(body)
             response.request_id = response.request_id or request_id or response.completion_id

@@ -30,11 +30,21 @@ can forge one), never an order, so two rules bound it:
   out: the next request after a probe interval asks again.
 
 An endpoint that sends none of these headers is never paced.
+
+**Input and output tokens apart.** Some organisations have, beside the combined token
+limit the headers report, separate limits on input tokens and on output tokens per
+minute (Groq's ITPM and OTPM, shown on its Limits page as "X in / Y out"; its documented
+headers report only the combined one). Configured (``model.input_tokens_per_minute``,
+``model.output_tokens_per_minute``), each is a window the pacer counts itself: a request
+waits until the prompt tokens it sends fit under the input limit and the output the
+recent answers suggest it will generate (reasoning included) fits under the output
+limit; the output an answer did generate is counted when it is in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import math
 import re
@@ -223,22 +233,75 @@ class _Budget:
         return self.reset_at - now
 
 
+class _Window:
+    """A per-window token limit the pacer counts itself (a configured ITPM or OTPM)."""
+
+    __slots__ = ("_spent", "_used", "length", "limit")
+
+    def __init__(self, limit: int, length: float) -> None:
+        self.limit = limit
+        self.length = length
+        self._spent: collections.deque[tuple[float, int]] = collections.deque()
+        self._used = 0
+
+    def _expire(self, now: float) -> None:
+        spent = self._spent
+        while spent and spent[0][0] <= now - self.length:
+            self._used -= spent.popleft()[1]
+
+    def room(self, now: float, reserved: int, need: int) -> float:
+        """0 when ``need`` more (beside ``reserved``, in flight) fits; else seconds until
+        enough of what was counted leaves the window."""
+        self._expire(now)
+        if need <= 0 or need > self.limit or self._used + reserved + need <= self.limit:
+            return 0.0  # more than the whole limit never fits: the endpoint judges it
+        excess = self._used + reserved + need - self.limit
+        for at, tokens in self._spent:
+            excess -= tokens
+            if excess <= 0:
+                return at + self.length - now
+        return math.inf  # only what is in flight can free room
+
+    def spend(self, now: float, tokens: int) -> None:
+        if tokens > 0:
+            self._expire(now)
+            self._spent.append((now, tokens))
+            self._used += tokens
+
+
 class Ticket:
     """A request let through; :meth:`report` or :meth:`release` ends it."""
 
-    __slots__ = ("_pacer", "admitted", "probe", "tokens", "waited")
+    __slots__ = ("_pacer", "_unsettled", "admitted", "output", "probe", "tokens", "waited")
 
     def __init__(
-        self, pacer: Pacer, tokens: int, waited: float, admitted: float, probe: bool = False
+        self,
+        pacer: Pacer,
+        tokens: int,
+        waited: float,
+        admitted: float,
+        probe: bool = False,
+        output: int = 0,
     ) -> None:
         self._pacer: Pacer | None = pacer
+        self._unsettled: Pacer | None = pacer
         self.tokens = tokens
+        self.output = output
+        """The output tokens it is expected to generate, held against the output limit."""
         self.waited = waited
         """Seconds the request waited in the queue."""
         self.admitted = admitted
         """When it was let through (the pacer's clock)."""
         self.probe = probe
         """It went while requests were held back, to learn whether the hold is over."""
+
+    def settle(self, generated: int) -> None:
+        """The answer is in (or never came: 0): its ``generated`` output tokens replace
+        the output held for it. Its headers arrive before its body, so the output it held
+        stays held until then. Only the first call counts."""
+        pacer, self._unsettled = self._unsettled, None
+        if pacer is not None:
+            pacer._settle(self, generated)
 
     def release(self) -> None:
         """The request ended without its headers (failed or cancelled): free its place."""
@@ -259,13 +322,25 @@ class Pacer:
     Args:
         max_wait: The ceiling on any wait a response asks for, in seconds.
         clock: The monotonic clock (a test's own, to step through windows).
+        input_limit: Input tokens per ``window`` (a configured ITPM); None: no such limit.
+        output_limit: Output tokens per ``window`` (a configured OTPM); None: none.
+        window: Seconds those two limits count over (Groq's: a minute).
     """
 
     def __init__(
-        self, max_wait: float = DEFAULT_MAX_WAIT, clock: Callable[[], float] = time.monotonic
+        self,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        input_limit: int | None = None,
+        output_limit: int | None = None,
+        window: float = 60.0,
     ) -> None:
         self.max_wait = max_wait
         self._clock = clock
+        self._input = _Window(input_limit, window) if input_limit is not None else None
+        self._output = _Window(output_limit, window) if output_limit is not None else None
+        self._in_flight_output = 0
         self._requests = _Budget()
         self._tokens = _Budget()
         self._blocked_until = 0.0
@@ -279,18 +354,38 @@ class Pacer:
         self.probes = 0
         """Requests let through to learn whether a long hold is over."""
 
-    def delay(self, tokens: int, now: float | None = None) -> float:
-        """Seconds a request of ``tokens`` would wait now (0: it could go at once); an
-        infinite delay means it waits for a response in flight to report room."""
+    def delay(self, tokens: int, now: float | None = None, output: int = 0) -> float:
+        """Seconds a request of ``tokens`` (and ``output`` expected output tokens) would
+        wait now (0: it could go at once); an infinite delay means it waits for a
+        response in flight to report room."""
         now = self._clock() if now is None else now
         wait = max(self._blocked_until - now, 0.0)
         if wait > 0:
             return wait
         wait = max(
             self._requests.room(now, self._in_flight, 1),
-            self._tokens.room(now, self._in_flight_tokens, tokens),
+            self._tokens.room(now, self._in_flight_tokens, tokens + output),
         )
+        if self._input is not None:
+            wait = max(wait, self._input.room(now, 0, tokens))
+        if self._output is not None:
+            wait = max(wait, self._output.room(now, self._in_flight_output, output))
         return wait
+
+    def generated(self, tokens: int) -> None:
+        """An answer's output tokens (its reasoning included), counted against the
+        output limit."""
+        if self._output is not None:
+            self._output.spend(self._clock(), tokens)
+
+    def _settle(self, ticket: Ticket, generated: int) -> None:
+        self.generated(generated)
+        if not ticket.output:
+            return
+        self._in_flight_output -= ticket.output
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _may_probe(self, wait: float, now: float) -> bool:
         """Whether a request held back ``wait`` seconds may go now as a probe."""
@@ -301,11 +396,12 @@ class Pacer:
             and now >= self._probe_at
         )
 
-    async def acquire(self, tokens: int, deadline: float) -> Ticket:
+    async def acquire(self, tokens: int, deadline: float, output: int = 0) -> Ticket:
         """Wait until a request of about ``tokens`` prompt tokens may go.
 
         Args:
             tokens: The request's estimated prompt tokens.
+            output: The output tokens it is expected to generate.
             deadline: The pacer's clock (``time.monotonic()``) by which the request must
                 have been answered.
 
@@ -314,20 +410,20 @@ class Pacer:
                 (raised at once when the wait is known to be that long).
         """
         start = self._clock()
-        wait = self.delay(tokens, start)
+        wait = self.delay(tokens, start, output)
         if wait <= 0:
-            return self._admit(tokens, 0.0, start)
+            return self._admit(tokens, 0.0, start, output=output)
         if self._may_probe(wait, start):
-            return self._probe(tokens, 0.0, start)
+            return self._probe(tokens, 0.0, start, output)
         self.waiting += 1
         try:
             while True:
                 now = self._clock()
-                wait = self.delay(tokens, now)
+                wait = self.delay(tokens, now, output)
                 if wait <= 0:
-                    return self._admit(tokens, now - start, now)
+                    return self._admit(tokens, now - start, now, output=output)
                 if self._may_probe(wait, now):
-                    return self._probe(tokens, now - start, now)
+                    return self._probe(tokens, now - start, now, output)
                 if not math.isinf(wait) and now + wait >= deadline:
                     raise _too_late(wait, deadline - now)
                 if now >= deadline:
@@ -349,15 +445,20 @@ class Pacer:
         finally:
             self.waiting -= 1
 
-    def _probe(self, tokens: int, waited: float, now: float) -> Ticket:
+    def _probe(self, tokens: int, waited: float, now: float, output: int = 0) -> Ticket:
         self.probes += 1
         self._probe_at = now + PROBE_EVERY
-        return self._admit(tokens, waited, now, probe=True)
+        return self._admit(tokens, waited, now, probe=True, output=output)
 
-    def _admit(self, tokens: int, waited: float, now: float, probe: bool = False) -> Ticket:
+    def _admit(
+        self, tokens: int, waited: float, now: float, probe: bool = False, output: int = 0
+    ) -> Ticket:
         self._in_flight += 1
-        self._in_flight_tokens += tokens
-        return Ticket(self, tokens, waited, now, probe)
+        self._in_flight_tokens += tokens + output
+        if self._input is not None:
+            self._input.spend(now, tokens)
+        self._in_flight_output += output
+        return Ticket(self, tokens + output, waited, now, probe, output)
 
     def _finish(self, ticket: Ticket, limits: RateLimits | None = None, ok: bool = False) -> None:
         self._in_flight -= 1
@@ -426,15 +527,22 @@ class Pacers:
         model: str,
         api_key: str | None = None,
         max_wait: float = DEFAULT_MAX_WAIT,
+        *,
+        input_limit: int | None = None,
+        output_limit: int | None = None,
+        window: float = 60.0,
     ) -> Pacer:
         """The pacer of ``model`` at ``endpoint`` for ``api_key``: limits are per account
         (a key of another organisation or project has limits of its own). Clients that
-        share one and name different ceilings get the lowest."""
+        share one and name different ceilings get the lowest; the configured input and
+        output limits are the first client's."""
         account = hashlib.sha256((api_key or "").encode()).hexdigest()
         key = (endpoint.rstrip("/"), model, account)
         pacer = self._pacers.get(key)
         if pacer is None:
-            pacer = self._pacers[key] = Pacer(max_wait)
+            pacer = self._pacers[key] = Pacer(
+                max_wait, input_limit=input_limit, output_limit=output_limit, window=window
+            )
         elif max_wait < pacer.max_wait:
             pacer.max_wait = max_wait
         return pacer

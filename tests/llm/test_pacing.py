@@ -33,6 +33,7 @@ from sidecar.llm.pacing import (
     PROBE_EVERY,
     Pacer,
     Pacers,
+    RateLimits,
     parse_duration,
     rate_limits,
 )
@@ -584,3 +585,83 @@ def test_a_late_answer_from_an_older_window_does_not_make_the_new_one_look_whole
     )
     clock.now += 0.2  # past the old window's reset, within the new one's
     assert pacer.delay(1) == pytest.approx(0.82, abs=0.01)
+
+
+# -- input and output token limits the pacer counts itself ---------------------------------
+
+
+async def test_output_held_for_a_request_in_flight_and_generated_output_fill_the_limit() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock=clock, output_limit=100, window=60.0)
+    first = await pacer.acquire(10, deadline=math.inf, output=60)
+    # 60 held for the first: a second expecting 60 more must wait for it.
+    assert math.isinf(pacer.delay(10, output=60))
+    first.report(RateLimits(), ok=True)  # its headers: the output is still being generated
+    assert math.isinf(pacer.delay(10, output=60))
+    first.settle(90)  # it generated 90: 10 are left in this window
+    assert 59.9 < pacer.delay(10, output=60) <= 60.0
+    assert pacer.delay(10, output=10) == 0
+    clock.now += 60.0
+    assert pacer.delay(10, output=60) == 0  # the 90 left the window
+
+
+async def test_prompt_tokens_count_against_the_input_limit_as_they_are_sent() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock=clock, input_limit=1_000, window=60.0)
+    ticket = await pacer.acquire(700, deadline=math.inf)
+    ticket.release()
+    clock.now += 20.0
+    assert 39.9 < pacer.delay(400) <= 40.0  # the 700 leave the window 60 s after they went
+    assert pacer.delay(300) == 0
+    assert pacer.delay(5_000) == 0  # more than the whole limit: sent, the endpoint judges
+
+
+@pytest.fixture(scope="module")
+def output_limited() -> Iterator[ServerProcess]:
+    flags = ["--ratelimit-output-tokens", "60", "--ratelimit-window-s", "2"]
+    with testing.simulator(*flags, "--enforce-ratelimits") as process:
+        yield process
+
+
+def otpm_model(address: str, transport: str, **limits: Any) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel(
+        base_url=f"http://{address}/openai/v1",
+        api_key="test",
+        model="llm-simulator",
+        retry=RetryPolicy(max_attempts=1),  # a 429 fails the call: none may happen
+        timeout=20,
+        transport=transport,
+        pacers=Pacers(),
+        environ={},
+        **limits,
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_burst_paced_by_the_output_limit_gets_no_429(
+    output_limited: ServerProcess, transport: str
+) -> None:
+    await sim(output_limited.address, "POST", "/reset")
+    client = otpm_model(
+        output_limited.address, transport, output_tokens_per_minute=60, token_window=2.0
+    )
+    try:
+        results = await burst(client)
+    finally:
+        await client.close()
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert sum(1 for r in results if r.paced > 0) >= 1
+    assert (await sim(output_limited.address, "GET", "/stats"))["by_status"] == {"200": BURST + 1}
+
+
+async def test_the_same_burst_without_the_output_limit_gets_otpm_429s(
+    output_limited: ServerProcess,
+) -> None:
+    await sim(output_limited.address, "POST", "/reset")
+    client = otpm_model(output_limited.address, "direct")
+    try:
+        results = await burst(client)
+    finally:
+        await client.close()
+    failed = [r for r in results if isinstance(r, ModelError)]
+    assert failed and all("output tokens per minute" in r.message for r in failed)
