@@ -337,8 +337,10 @@ class MemoryRunStore:
             if sum(1 for r in active if r.principal == run.principal) >= bounds.principal:
                 raise _principal_full(run.principal, bounds.principal)
         self._ordinal += 1
-        record = replace(run, ordinal=self._ordinal, attempts=1 if owner else 0)
-        self._runs[run.run_id] = _Held(record, owner)
+        # The caller's record is the one its owner runs: it names the attempt its writes
+        # are fenced by, as the SQL stores' submit does.
+        run.ordinal, run.attempts = self._ordinal, 1 if owner else 0
+        self._runs[run.run_id] = _Held(replace(run), owner)
 
     async def get(self, run_id: str) -> RunRecord | None:
         held = self._live(run_id)

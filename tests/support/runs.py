@@ -5,21 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
+from sidecar.testing import PostgresServer, create_database, drop_database
 from tests.support.stack import eventually
 
 CALLBACK_SECRET = "a-test-callback-secret"
 """The anonymous principal's callback secret in the tests (``CALLBACK_SECRET`` env)."""
+
+STORES = ["sqlite", "memory", "postgres"]
+"""Every session store: each runs the same background-run tests."""
+
+
+@contextlib.contextmanager
+def store_section(store: str, request: pytest.FixtureRequest) -> Iterator[dict[str, object]]:
+    """The ``sessions`` section of a sidecar on ``store``; on PostgreSQL, a fresh schema
+    of the test session's server for as long as the block lasts."""
+    if store != "postgres":
+        yield {"store": store}
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = asyncio.run(create_database(server))
+    try:
+        yield {"store": "postgres", "postgres": {"dsn": dsn}}
+    finally:
+        asyncio.run(drop_database(server, dsn))
 
 
 @dataclass
