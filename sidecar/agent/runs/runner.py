@@ -12,7 +12,9 @@ Each run it takes goes one of these ways:
 
 - submitted: its session is claimed for its turn and it runs. A session another turn holds,
   or a sidecar or principal at its bound of concurrent runs, gives the run back to wait a
-  little (not counted against it); a principal or profile no longer allowed rejects it;
+  little (not counted against it); a principal or profile no longer allowed rejects it; a
+  principal past a daily quota fails it with the quota's error (it would wait until
+  midnight, holding its place in the queue's bounds);
 - cut off (working when its process stopped): it goes on from its last completed step, or
   fails as interrupted, as :mod:`sidecar.agent.runs.resume` rules;
 - finished with a callback due: the callback is delivered.
@@ -330,7 +332,12 @@ class Runner:
                 started=time.time() if not resumed else run.create_time,
                 resumed=resumed,
             )
-        except (Overloaded, QuotaExceeded, Draining):
+        except QuotaExceeded as exc:
+            if exc.daily:  # spent until midnight: the run fails now and frees its place
+                await self._out_of_quota(active, exc)
+            else:
+                await self._give_back(run, self._settings.poll_interval)  # for now
+        except (Overloaded, Draining):
             await self._give_back(run, self._settings.poll_interval)  # full here, for now
         except SessionBusy:
             if resumed:
@@ -485,6 +492,23 @@ class Runner:
                     run_id=run.run_id,
                     stop_reason=StopReason.INTERRUPTED.name,
                     error="interrupted",
+                )
+
+    async def _out_of_quota(self, active: _Active, exc: QuotaExceeded) -> None:
+        run = active.record
+        outcome = RunOutcome.failed(
+            StopReason.COST_LIMIT, "quota_exceeded", exc.message, retryable=True, total=0.0
+        )
+        journal = self._journal(active)
+        if await journal.end(RunState.FAILED, self._codec.result(outcome), None):
+            if self._audit.enabled:
+                self._audit.record(
+                    "run_finished",
+                    run.principal,
+                    run_id=run.run_id,
+                    stop_reason=StopReason.COST_LIMIT.name,
+                    error="quota_exceeded",
+                    quota=exc.quota_name,
                 )
 
     async def _reject(self, active: _Active, code: str, why: str) -> None:
