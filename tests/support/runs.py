@@ -57,11 +57,22 @@ class Receiver:
     deliveries: list[Delivery] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    """Until it is set, a receiver that :meth:`holds` answers nothing."""
+    holding: bool = False
+
+    def hold(self) -> None:
+        """Answer no delivery (each hangs, as with a receiver that never answers) until
+        :attr:`released` is set."""
+        self.holding = True
+        self.released.clear()
 
     async def handle(self, request: web.Request) -> web.Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
         self.deliveries.append(Delivery(headers, await request.read()))
         self.arrived.set()
+        if self.holding:
+            await self.released.wait()
         status = self.answers.pop(0) if self.answers else 200
         if 300 <= status < 400:
             return web.Response(status=status, headers={"Location": self.url + "/elsewhere"})
