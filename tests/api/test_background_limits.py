@@ -21,11 +21,13 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess
 from tests.support.runs import (
     CALLBACK_SECRET,
+    WHSEC_SECRET,
     events_of,
     first_event,
     kinds,
     receiver,
     state_becomes,
+    verified_as_standard_webhooks,
 )
 from tests.support.stack import (
     MODEL,
@@ -65,7 +67,11 @@ def start(processes: tuple[ServerProcess, ServerProcess], tmp_path: Path) -> Sta
             background={**FAST, **background},
             **sections,
         )
-        env = {"CALLBACK_SECRET": CALLBACK_SECRET, "ANN_CALLBACKS": CALLBACK_SECRET}
+        env = {
+            "CALLBACK_SECRET": CALLBACK_SECRET,
+            "ANN_CALLBACKS": CALLBACK_SECRET,
+            "WHSEC_CALLBACKS": WHSEC_SECRET,
+        }
         with sidecar(config, tmp_path, env=env) as side:
             yield side
 
@@ -307,3 +313,27 @@ async def test_runs_queued_before_the_daily_quota_was_spent_fail_with_its_error(
         runs.append(await bob.start_run((await bob.create_session()).session_id, "two reads"))
         for run in runs:
             assert (await state_becomes(bob, run.run_id, COMPLETED)).result.tool_calls == 2
+
+
+async def test_a_whsec_secret_signs_callbacks_a_standard_webhooks_receiver_accepts(
+    start: Start,
+) -> None:
+    callbacks = {
+        "allowed_hosts": ["127.0.0.1"],
+        "allow_private_networks": True,
+        "allow_http": True,
+        "secret_env": "WHSEC_CALLBACKS",
+    }
+    async with (
+        receiver() as hook,
+        start({"callbacks": callbacks}) as side,
+        AgentClient(side.address) as client,
+    ):
+        await client.wait_ready(20)
+        session = (await client.create_session()).session_id
+        run = await client.start_run(session, "two reads", callback_url=hook.url)
+        (delivery,) = await hook.wait(1)
+        assert delivery.headers["webhook-id"] == run.run_id
+        # Keyed with the decoded key, not the text; stamped in seconds, not milliseconds.
+        assert verified_as_standard_webhooks(delivery, WHSEC_SECRET)
+        assert not verified_as_standard_webhooks(delivery, "whsec_" + "QUJD" * 8)

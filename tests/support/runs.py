@@ -8,6 +8,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
@@ -111,6 +112,26 @@ def signed_correctly(delivery: Delivery, secret: str = CALLBACK_SECRET) -> bool:
     signed = f"{h['webhook-id']}.{h['webhook-timestamp']}.".encode() + delivery.body
     digest = hmac.new(secret.encode(), signed, hashlib.sha256).digest()
     return h["webhook-signature"] == "v1," + base64.b64encode(digest).decode()
+
+
+WHSEC_KEY = bytes(range(24))
+WHSEC_SECRET = "whsec_" + base64.b64encode(WHSEC_KEY).decode()
+"""A callback secret in the Standard Webhooks form (``whsec_`` and the base64 key)."""
+
+
+def verified_as_standard_webhooks(delivery: Delivery, secret: str, tolerance: int = 300) -> bool:
+    """Whether a Standard Webhooks receiver accepts the delivery, as the specification's
+    libraries verify it: the key is the base64 after ``whsec_``, the timestamp is seconds
+    since the epoch within ``tolerance`` of now, and one of the space-separated
+    signatures matches."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    h = delivery.headers
+    stamp = int(h["webhook-timestamp"])
+    if abs(time.time() - stamp) > tolerance:
+        return False
+    signed = f"{h['webhook-id']}.{stamp}.".encode() + delivery.body
+    expected = "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return any(hmac.compare_digest(expected, s) for s in h["webhook-signature"].split())
 
 
 async def events_of(
