@@ -1,6 +1,9 @@
 """The background runs this replica runs: which it takes, how each goes, what it hears.
 
-:class:`Runner` holds up to ``background.max_running`` runs at once. It takes a run started
+:class:`Runner` runs up to ``background.max_running`` runs at once. A slot is for a run
+that is running: a run waiting for approval gives its slot back for a place among the waits,
+and a finished run delivering its callback holds a place among the deliveries, each pool
+bounded in all and per principal (:mod:`~sidecar.agent.runs.pools`). It takes a run started
 here at once (StartRun reserved its slot), and claims the others from the store: queued
 runs, runs whose process stopped (a lapsed lease on PostgreSQL; at start on SQLite) and
 callbacks due. It claims when a slot frees, when told a run waits (a notification), and,
