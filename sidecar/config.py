@@ -1027,6 +1027,13 @@ class CallbackConfig(_Strict):
     retry: RetryPolicy = _CALLBACK_RETRY
     """How failed deliveries (a connection error, a timeout, 408, 429 or 5xx) are retried:
     full-jitter backoff, each attempt signed anew."""
+    max_deliveries: int = Field(64, ge=1)
+    """Callbacks this process delivers at once (retries and their backoffs included), in
+    their own pool: a delivery never holds a run's slot (``background.max_running``). A
+    finished run whose callback finds the pool full is delivered when a place frees."""
+    max_deliveries_per_principal: int = Field(8, ge=1)
+    """Of those, one principal's at most: a principal whose receiver never answers delays
+    only its own callbacks."""
     secret_env: str | None = None
     """Environment variable holding the anonymous principal's callback secret (when no
     ``auth.principals`` are configured); a principal's own is ``callback_secret_env``."""
@@ -1070,7 +1077,17 @@ class BackgroundConfig(_Strict):
     (RUN_QUEUE_FULL, with a retry delay)."""
     max_running: int = Field(64, ge=1)
     """Background runs this process runs at once; more wait, submitted, for a free slot
-    (here, or on another replica). They count against ``server.max_concurrent_runs`` too."""
+    (here, or on another replica). They count against ``server.max_concurrent_runs`` too.
+    A run waiting for approval, or whose callback is being delivered, holds no slot: each
+    has its own pool (``max_waiting``, ``callbacks.max_deliveries``)."""
+    max_waiting: int = Field(256, ge=1)
+    """Background runs of this process waiting for a call's approval at once (in
+    input-required), in their own pool: a waiting run gives its slot back and takes one
+    again (before any new run) once decided. A call that would wait past the bound is
+    denied at once, and the run goes on."""
+    max_waiting_per_principal: int = Field(16, ge=1)
+    """Of those, one principal's at most, so no principal's undecided calls keep another
+    principal's calls from waiting."""
     run_timeout: float = Field(3600.0, gt=0, le=7 * 86_400)
     """Seconds a background run may take (it has no caller's deadline), its waits for
     approval included; each attempt after a resumption gets as long again."""
@@ -1099,6 +1116,16 @@ class BackgroundConfig(_Strict):
     process, say) fails as interrupted after this many."""
     callbacks: CallbackConfig = CallbackConfig()
     """Where completion callbacks may go and how they are delivered."""
+
+    @model_validator(mode="after")
+    def _waits_fit(self) -> BackgroundConfig:
+        if self.max_waiting_per_principal > self.max_waiting:
+            raise ValueError("max_waiting_per_principal must not exceed max_waiting")
+        if self.callbacks.max_deliveries_per_principal > self.callbacks.max_deliveries:
+            raise ValueError(
+                "callbacks.max_deliveries_per_principal must not exceed callbacks.max_deliveries"
+            )
+        return self
 
 
 _SKILL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

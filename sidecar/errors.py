@@ -348,8 +348,15 @@ class QuotaExceeded(ResourceExhausted):
             message, metadata={"quota": quota, "limit": f"{limit:g}", "principal": principal}
         )
         self.quota = (f"principal:{principal}", f"{quota} at most {limit:g}")
+        self.quota_name = quota
         self.retry_after = retry_after
         self.retryable = retry_after is not None
+
+    @property
+    def daily(self) -> bool:
+        """A daily quota (``daily_cost``, ``daily_tokens``): it lasts until midnight UTC,
+        so waiting a moment does not help."""
+        return self.quota_name.startswith("daily_")
 
 
 class RunQueueFull(ResourceExhausted):

@@ -31,6 +31,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -88,6 +89,10 @@ log = logging.getLogger(__name__)
 DEFAULT_RUN_TIMEOUT = 600.0
 """Seconds a run may take when its caller set no deadline: a wedged run must never hold
 a session forever."""
+_NO_ROOM_TO_WAIT = (
+    "too many calls of this principal's background runs wait for approval "
+    "(background.max_waiting_per_principal, max_waiting); decide those first"
+)
 _RESULT_MARGIN = 0.25  # of the caller's deadline kept back to deliver the result in
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 
@@ -140,6 +145,9 @@ class Detached(Protocol):
     """Seconds it may take."""
     resume: Progress | None
     """Where an earlier attempt at it got to; None: it starts from the beginning."""
+    awaiting: Callable[[], AbstractAsyncContextManager[bool]]
+    """Held while a call of it waits for a decision: whether the call may wait at all
+    (False: the waits' pool is full, and the call is denied at once)."""
 
     async def step_done(self, step: int, progress: Progress) -> None:
         """Record a completed step (read ``progress`` now: the loop goes on changing it)."""
@@ -508,8 +516,8 @@ class Turns:
             clock=turn.clock,
             structured=structured,
             sink=sink,
-            approver=self._approver(turn.session, wait, deadline) if sink else None,
-            asker=self._asker(turn.session, wait, deadline) if sink else None,
+            approver=self._approver(turn.session, wait, deadline, detached) if sink else None,
+            asker=self._asker(turn.session, wait, deadline, detached) if sink else None,
             metadata=passed,
             identity=turn.snapshot.tool_identity.for_run(
                 turn.principal, turn.session_id, turn.run_id, turn.session.labels
@@ -702,22 +710,37 @@ class Turns:
                     stage.name, session_key, detail.request_bytes, detail.usage.prompt_tokens
                 )
 
-    def _approver(self, session: Session, wait: float, deadline: float) -> Approver:
+    def _approver(
+        self, session: Session, wait: float, deadline: float, detached: Detached | None
+    ) -> Approver:
         approvals = self._approvals
 
         async def approve(step: int, call: ToolCall, tool: CatalogTool) -> tuple[bool, str]:
             timeout = min(wait, deadline - time.monotonic())
-            decision = await approvals.wait(session.session_id, call.id, timeout)
+            if detached is None:
+                decision = await approvals.wait(session.session_id, call.id, timeout)
+                return decision.approved, decision.reason
+            async with detached.awaiting() as may_wait:
+                if not may_wait:
+                    return False, _NO_ROOM_TO_WAIT
+                decision = await approvals.wait(session.session_id, call.id, timeout)
             return decision.approved, decision.reason
 
         return approve
 
-    def _asker(self, session: Session, wait: float, deadline: float) -> Asker:
+    def _asker(
+        self, session: Session, wait: float, deadline: float, detached: Detached | None
+    ) -> Asker:
         approvals = self._approvals
 
         async def ask(step: int, call: ToolCall, question: ToolQuestion) -> Decision:
             timeout = min(wait, deadline - time.monotonic())
-            return await approvals.wait(session.session_id, call.id, timeout, question)
+            if detached is None:
+                return await approvals.wait(session.session_id, call.id, timeout, question)
+            async with detached.awaiting() as may_wait:
+                if not may_wait:
+                    return Decision(False, _NO_ROOM_TO_WAIT)
+                return await approvals.wait(session.session_id, call.id, timeout, question)
 
         return ask
 

@@ -107,12 +107,20 @@ UPDATE agent_runs SET update_time = $2, last_sequence = greatest(last_sequence, 
     state = coalesce($4, state)
 WHERE run_id = $1
 """
+_UNOWNED = "(owner IS NULL OR lease_until < now()) AND not_before <= $3"
 _CLAIM = f"""
-WITH picked AS (
+WITH runs AS (
     SELECT run_id FROM agent_runs
-    WHERE {_DUE} AND (owner IS NULL OR lease_until < now()) AND not_before <= $3
+    WHERE {_DUE} AND state IN {_ACTIVE} AND {_UNOWNED}
     ORDER BY ordinal LIMIT $2
     FOR UPDATE SKIP LOCKED
+), calls AS (
+    SELECT run_id FROM agent_runs
+    WHERE {_DUE} AND state NOT IN {_ACTIVE} AND {_UNOWNED}
+    ORDER BY ordinal LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT run_id FROM runs UNION ALL SELECT run_id FROM calls
 )
 UPDATE agent_runs r SET owner = $1, lease_until = now() + make_interval(secs => $4),
     attempts = CASE WHEN r.state IN {_ACTIVE} THEN r.attempts + 1 ELSE r.attempts END
@@ -309,8 +317,15 @@ class PostgresRunStore:
 
     # -- the owner's writes -----------------------------------------------------------
 
-    async def claim(self, owner: str, limit: int) -> list[RunRecord]:
-        rows = await self._pool.fetch(_CLAIM, owner, limit, self._clock(), self._sessions.lease)
+    async def claim(self, owner: str, limit: int, callbacks: int | None = None) -> list[RunRecord]:
+        rows = await self._pool.fetch(
+            _CLAIM,
+            owner,
+            limit,
+            self._clock(),
+            self._sessions.lease,
+            limit if callbacks is None else callbacks,
+        )
         return sorted((_record(row) for row in rows), key=lambda r: r.ordinal)
 
     async def _store_events(

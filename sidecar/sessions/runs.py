@@ -148,10 +148,11 @@ class RunStore(Protocol):
         """Up to ``limit`` stored events of the run with a sequence above ``after``."""
         ...
 
-    async def claim(self, owner: str, limit: int) -> list[RunRecord]:
-        """Up to ``limit`` runs nobody owns, oldest first, made ``owner``'s: submitted runs
-        due to start, active runs whose owner stopped (an active run's ``attempts`` is
-        bumped), and finished runs whose callback is due."""
+    async def claim(self, owner: str, limit: int, callbacks: int | None = None) -> list[RunRecord]:
+        """Runs nobody owns, oldest first, made ``owner``'s: up to ``limit`` submitted runs
+        due to start and active runs whose owner stopped (their ``attempts`` bumped), and
+        up to ``callbacks`` (None: ``limit``) finished runs whose callback is due. The two
+        are counted apart: a run slot and a delivery are different places."""
         ...
 
     async def write(self, run_id: str, owner: str, attempt: int, change: RunChange) -> bool:
@@ -337,8 +338,10 @@ class MemoryRunStore:
             if sum(1 for r in active if r.principal == run.principal) >= bounds.principal:
                 raise _principal_full(run.principal, bounds.principal)
         self._ordinal += 1
-        record = replace(run, ordinal=self._ordinal, attempts=1 if owner else 0)
-        self._runs[run.run_id] = _Held(record, owner)
+        # The caller's record is the one its owner runs: it names the attempt its writes
+        # are fenced by, as the SQL stores' submit does.
+        run.ordinal, run.attempts = self._ordinal, 1 if owner else 0
+        self._runs[run.run_id] = _Held(replace(run), owner)
 
     async def get(self, run_id: str) -> RunRecord | None:
         held = self._live(run_id)
@@ -371,20 +374,22 @@ class MemoryRunStore:
             return []
         return [e for e in held.events if e[0] > after][:limit]
 
-    async def claim(self, owner: str, limit: int) -> list[RunRecord]:
+    async def claim(self, owner: str, limit: int, callbacks: int | None = None) -> list[RunRecord]:
         now = self._clock()
+        room = {False: limit, True: limit if callbacks is None else callbacks}
         claimed: list[RunRecord] = []
         for held in sorted(self._runs.values(), key=lambda h: h.record.ordinal):
             record = held.record
-            if len(claimed) >= limit or held.owner is not None or held.not_before > now:
+            finished = record.state.finished
+            if room[finished] <= 0 or held.owner is not None or held.not_before > now:
                 continue
             if not self._live(record.run_id):
                 continue
-            due_callback = record.callback_status is CallbackStatus.PENDING
-            if record.state.finished and not due_callback:
+            if finished and record.callback_status is not CallbackStatus.PENDING:
                 continue
+            room[finished] -= 1
             held.owner = owner
-            if not record.state.finished:
+            if not finished:
                 record.attempts += 1
             claimed.append(replace(record))
         return claimed

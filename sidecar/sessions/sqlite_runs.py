@@ -252,16 +252,23 @@ class SqliteRunStore:
 
     # -- the owner's writes -----------------------------------------------------------
 
-    async def claim(self, owner: str, limit: int) -> list[RunRecord]:
-        return await self._sessions.execute_write(self._claim_sync, owner, limit)
+    async def claim(self, owner: str, limit: int, callbacks: int | None = None) -> list[RunRecord]:
+        calls = limit if callbacks is None else callbacks
+        return await self._sessions.execute_write(self._claim_sync, owner, limit, calls)
 
-    def _claim_sync(self, owner: str, limit: int) -> list[RunRecord]:
+    def _claim_sync(self, owner: str, limit: int, callbacks: int) -> list[RunRecord]:
         db = self._db()
         with transaction(db):
+            unowned = "owner IS NULL AND not_before <= ?"
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM runs WHERE owner IS NULL AND not_before <= ?"
-                f" AND (state IN {ACTIVE} OR callback_status = ?) ORDER BY ordinal LIMIT ?",
-                (self._clock(), int(CallbackStatus.PENDING), limit),
+                f"SELECT {_COLUMNS} FROM runs WHERE {unowned} AND state IN {ACTIVE}"
+                " ORDER BY ordinal LIMIT ?",
+                (self._clock(), limit),
+            ).fetchall()
+            rows += db.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE {unowned} AND state NOT IN {ACTIVE}"
+                " AND callback_status = ? ORDER BY ordinal LIMIT ?",
+                (self._clock(), int(CallbackStatus.PENDING), callbacks),
             ).fetchall()
             claimed = []
             for row in rows:

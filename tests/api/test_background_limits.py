@@ -21,16 +21,26 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess
 from tests.support.runs import (
     CALLBACK_SECRET,
+    WHSEC_SECRET,
     events_of,
     first_event,
     kinds,
     receiver,
     state_becomes,
+    verified_as_standard_webhooks,
 )
-from tests.support.stack import eventually, scripted_toolserver, sidecar, sidecar_config, simulator
+from tests.support.stack import (
+    MODEL,
+    eventually,
+    scripted_toolserver,
+    sidecar,
+    sidecar_config,
+    simulator,
+)
 
 CANCELED = agent_pb2.RUN_STATE_CANCELED
 COMPLETED = agent_pb2.RUN_STATE_COMPLETED
+FAILED = agent_pb2.RUN_STATE_FAILED
 SUBMITTED = agent_pb2.RUN_STATE_SUBMITTED
 FAST = {"flush_interval": 0.02, "poll_interval": 0.2}
 TOKENS = {"ann": "ann-token-0123", "bob": "bob-token-4567"}
@@ -57,7 +67,11 @@ def start(processes: tuple[ServerProcess, ServerProcess], tmp_path: Path) -> Sta
             background={**FAST, **background},
             **sections,
         )
-        env = {"CALLBACK_SECRET": CALLBACK_SECRET, "ANN_CALLBACKS": CALLBACK_SECRET}
+        env = {
+            "CALLBACK_SECRET": CALLBACK_SECRET,
+            "ANN_CALLBACKS": CALLBACK_SECRET,
+            "WHSEC_CALLBACKS": WHSEC_SECRET,
+        }
         with sidecar(config, tmp_path, env=env) as side:
             yield side
 
@@ -269,3 +283,57 @@ async def test_a_callback_whose_name_resolves_to_a_private_address_is_never_made
 
         await eventually(failed)
         assert hook.deliveries == []
+
+
+async def test_runs_queued_before_the_daily_quota_was_spent_fail_with_its_error(
+    start: Start,
+) -> None:
+    auth = _principals(quota={"daily_cost": 0.001})
+    dear = {MODEL: {"prompt": 1000.0, "completion": 1000.0}}  # one call spends the day
+    async with (
+        start({"max_running": 1, "max_runs": 2}, auth=auth, prices=dear) as side,
+        AgentClient(side.address, token=TOKENS["ann"]) as ann,
+        AgentClient(side.address, token=TOKENS["bob"]) as bob,
+    ):
+        await ann.wait_ready(20)
+        first = await ann.start_run((await ann.create_session()).session_id, "hang please")
+        await first_event(ann, first.run_id, "tool_call_started")
+        queued = await ann.start_run((await ann.create_session()).session_id, "two reads")
+        assert (await ann.get_run(queued.run_id)).state == SUBMITTED
+        await ann.cancel_run(first.run_id)  # its model call was priced: the day is spent
+        failed = await state_becomes(ann, queued.run_id, FAILED)
+        assert failed.result.stop_reason == agent_pb2.STOP_REASON_COST_LIMIT
+        assert failed.result.error.code == "quota_exceeded" and failed.result.error.retryable
+        assert "daily cost" in failed.result.error.message
+        # A run started now is refused at once, with the quota's details.
+        refused = await _refusal(ann.start_run((await ann.create_session()).session_id, "x"))
+        assert (refused.reason, refused.metadata["quota"]) == ("QUOTA_EXCEEDED", "daily_cost")
+        # Both places in the queue's bounds (max_runs 2) are free for another principal.
+        runs = [await bob.start_run((await bob.create_session()).session_id, "two reads")]
+        runs.append(await bob.start_run((await bob.create_session()).session_id, "two reads"))
+        for run in runs:
+            assert (await state_becomes(bob, run.run_id, COMPLETED)).result.tool_calls == 2
+
+
+async def test_a_whsec_secret_signs_callbacks_a_standard_webhooks_receiver_accepts(
+    start: Start,
+) -> None:
+    callbacks = {
+        "allowed_hosts": ["127.0.0.1"],
+        "allow_private_networks": True,
+        "allow_http": True,
+        "secret_env": "WHSEC_CALLBACKS",
+    }
+    async with (
+        receiver() as hook,
+        start({"callbacks": callbacks}) as side,
+        AgentClient(side.address) as client,
+    ):
+        await client.wait_ready(20)
+        session = (await client.create_session()).session_id
+        run = await client.start_run(session, "two reads", callback_url=hook.url)
+        (delivery,) = await hook.wait(1)
+        assert delivery.headers["webhook-id"] == run.run_id
+        # Keyed with the decoded key, not the text; stamped in seconds, not milliseconds.
+        assert verified_as_standard_webhooks(delivery, WHSEC_SECRET)
+        assert not verified_as_standard_webhooks(delivery, "whsec_" + "QUJD" * 8)

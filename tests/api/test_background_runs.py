@@ -1,6 +1,7 @@
-"""Background runs through a real sidecar (SQLite), from the Python client: started at
-once, stored as they happen, watched from any point, listed, cancelled, approved, called
-back; and every bad request refused with its reason while the sidecar keeps serving."""
+"""Background runs through a real sidecar on every session store (SQLite, memory,
+PostgreSQL), from the Python client: started at once, stored as they happen, watched from
+any point, listed, cancelled, approved, called back; and every bad request refused with
+its reason while the sidecar keeps serving."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from agentsidecar.v1 import agent_pb2
 from sidecar.testing import ServerProcess
 from tests.support.runs import (
     CALLBACK_SECRET,
+    STORES,
     events_of,
     first_event,
     kinds,
     receiver,
     signed_correctly,
     state_becomes,
+    store_section,
 )
 from tests.support.stack import (
     eventually,
@@ -54,11 +57,20 @@ BACKGROUND: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
-    with simulator() as sim, scripted_toolserver() as tools:
+@pytest.fixture(scope="module", params=STORES)
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    with (
+        store_section(request.param, request) as sessions,
+        simulator() as sim,
+        scripted_toolserver() as tools,
+    ):
         config = sidecar_config(
-            sim, [{"name": "scripted", "address": tools.address}], background=BACKGROUND
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            background=BACKGROUND,
+            sessions=sessions,
         )
         env = {"CALLBACK_SECRET": CALLBACK_SECRET}
         with sidecar(config, tmp_path_factory.mktemp("sidecar"), env=env) as side:

@@ -165,6 +165,34 @@ async def test_a_run_cut_off_after_sending_a_call_not_safe_to_repeat_fails_as_in
     ]
 
 
+@pytest.mark.parametrize("how", STOPS)
+async def test_a_run_cut_off_in_its_second_step_not_safe_to_repeat_fails_as_interrupted(
+    processes: tuple[ServerProcess, ServerProcess], tmp_path: Path, how: str
+) -> None:
+    config = _config(processes, tmp_path)
+    tools = processes[1].address
+    reserves = (await tool_stats(tools))["calls"].get("reserve", 0)
+
+    async def second_sent() -> bool:  # both steps' reservations reached the tool server
+        return bool((await tool_stats(tools))["calls"].get("reserve", 0) >= reserves + 2)
+
+    with sidecar(config, tmp_path, env=ENV) as side:
+        _, run_id, seen = await _cut_off(
+            side, "book two rooms, the second slowly", "tool_call_started", 2, how, second_sent
+        )
+    with sidecar(config, tmp_path, env=ENV) as side:
+        async with AgentClient(side.address) as client:
+            await client.wait_ready(20)
+            seen += await events_of(client, run_id, after=seen[-1].sequence, timeout=30)
+            done = await client.get_run(run_id)
+    # Every unsafe step is recorded, not only the first: the second is not run again.
+    assert "run_resumed" not in kinds(seen)
+    assert done.state == agent_pb2.RUN_STATE_FAILED
+    assert done.result.stop_reason == agent_pb2.STOP_REASON_INTERRUPTED
+    assert "stopped in step 2" in done.result.error.message
+    assert (await tool_stats(tools))["calls"]["reserve"] == reserves + 2
+
+
 async def test_a_run_failed_as_interrupted_after_a_restart_still_calls_its_callback(
     processes: tuple[ServerProcess, ServerProcess], tmp_path: Path
 ) -> None:

@@ -437,6 +437,21 @@ async def test_a_lapsed_lease_hands_the_run_over_and_fences_the_old_owner(
     assert not await stale.runs.write(run.run_id, a.owner, 1, RunChange(events=[(1, b"late")]))
     assert await b.runs.write(run.run_id, b.owner, 2, RunChange(events=[(1, b"mine")]))
     assert await b.runs.events(run.run_id, 0, 10) == [(1, b"mine")]
+    # Nor does the stale owner finish it: no end, no event, no turn in the session.
+    assert not await stale.runs.finish(
+        run.run_id,
+        a.owner,
+        1,
+        state=RunState.COMPLETED,
+        result=b"stale",
+        events=[(2, b"stale end")],
+        turn=_turn(run.run_id),
+    )
+    got = await b.runs.get(run.run_id)
+    assert got is not None and got.state is RunState.WORKING and got.end_time == 0
+    assert await b.runs.events(run.run_id, 0, 10) == [(1, b"mine")]
+    stored = await b.get(session)
+    assert stored is not None and stored.turns == []
 
 
 async def test_a_decision_on_another_replica_reaches_the_owner_once(

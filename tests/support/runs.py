@@ -5,21 +5,43 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
+from sidecar.testing import PostgresServer, create_database, drop_database
 from tests.support.stack import eventually
 
 CALLBACK_SECRET = "a-test-callback-secret"
 """The anonymous principal's callback secret in the tests (``CALLBACK_SECRET`` env)."""
+
+STORES = ["sqlite", "memory", "postgres"]
+"""Every session store: each runs the same background-run tests."""
+
+
+@contextlib.contextmanager
+def store_section(store: str, request: pytest.FixtureRequest) -> Iterator[dict[str, object]]:
+    """The ``sessions`` section of a sidecar on ``store``; on PostgreSQL, a fresh schema
+    of the test session's server for as long as the block lasts."""
+    if store != "postgres":
+        yield {"store": store}
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dsn = asyncio.run(create_database(server))
+    try:
+        yield {"store": "postgres", "postgres": {"dsn": dsn}}
+    finally:
+        asyncio.run(drop_database(server, dsn))
 
 
 @dataclass
@@ -36,11 +58,22 @@ class Receiver:
     deliveries: list[Delivery] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    """Until it is set, a receiver that :meth:`holds` answers nothing."""
+    holding: bool = False
+
+    def hold(self) -> None:
+        """Answer no delivery (each hangs, as with a receiver that never answers) until
+        :attr:`released` is set."""
+        self.holding = True
+        self.released.clear()
 
     async def handle(self, request: web.Request) -> web.Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
         self.deliveries.append(Delivery(headers, await request.read()))
         self.arrived.set()
+        if self.holding:
+            await self.released.wait()
         status = self.answers.pop(0) if self.answers else 200
         if 300 <= status < 400:
             return web.Response(status=status, headers={"Location": self.url + "/elsewhere"})
@@ -79,6 +112,26 @@ def signed_correctly(delivery: Delivery, secret: str = CALLBACK_SECRET) -> bool:
     signed = f"{h['webhook-id']}.{h['webhook-timestamp']}.".encode() + delivery.body
     digest = hmac.new(secret.encode(), signed, hashlib.sha256).digest()
     return h["webhook-signature"] == "v1," + base64.b64encode(digest).decode()
+
+
+WHSEC_KEY = bytes(range(24))
+WHSEC_SECRET = "whsec_" + base64.b64encode(WHSEC_KEY).decode()
+"""A callback secret in the Standard Webhooks form (``whsec_`` and the base64 key)."""
+
+
+def verified_as_standard_webhooks(delivery: Delivery, secret: str, tolerance: int = 300) -> bool:
+    """Whether a Standard Webhooks receiver accepts the delivery, as the specification's
+    libraries verify it: the key is the base64 after ``whsec_``, the timestamp is seconds
+    since the epoch within ``tolerance`` of now, and one of the space-separated
+    signatures matches."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    h = delivery.headers
+    stamp = int(h["webhook-timestamp"])
+    if abs(time.time() - stamp) > tolerance:
+        return False
+    signed = f"{h['webhook-id']}.{stamp}.".encode() + delivery.body
+    expected = "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return any(hmac.compare_digest(expected, s) for s in h["webhook-signature"].split())
 
 
 async def events_of(

@@ -213,7 +213,8 @@ class BackgroundRuns:
                 principal has no callback secret.
             SessionBusy: the session has an unfinished background run.
             RunQueueFull: ``background.max_runs`` runs are unfinished.
-            QuotaExceeded: the principal's ``quota.background_runs`` are.
+            QuotaExceeded: the principal's ``quota.background_runs`` are, or it has used
+                up a daily quota.
         """
         self._check_enabled()
         self._admission.refuse_if_draining()
@@ -234,6 +235,8 @@ class BackgroundRuns:
         check_input(user_input, profile.config.max_input_chars)
         if callback_url:
             self._check_callback(principal, callback_url)
+        if principal.quota.daily:  # a run that could not start until midnight is refused
+            await self._turns.daily.check(principal)
         now = time.time()
         run_id = uuid.uuid4().hex
         run = RunRecord(

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from sidecar.agent.runs.codec import RunCodec
@@ -50,6 +51,11 @@ __all__ = ["Journal"]
 log = logging.getLogger(__name__)
 
 
+@asynccontextmanager
+async def _may_wait() -> AsyncIterator[bool]:
+    yield True
+
+
 class Journal:
     """One attempt at a background run, as it is recorded.
 
@@ -62,6 +68,8 @@ class Journal:
         feed: Told of every write, for this process's watchers.
         on_lost: Called once when the store says the run is no longer this replica's.
         resume: Where the attempt goes on from, when the run was taken up again.
+        awaiting: Held while a call of the run waits for approval; says whether it may
+            wait (the runner's pool of waits).
     """
 
     def __init__(
@@ -75,6 +83,7 @@ class Journal:
         feed: Feed,
         on_lost: Callable[[], object],
         resume: Progress | None = None,
+        awaiting: Callable[[], AbstractAsyncContextManager[bool]] | None = None,
     ) -> None:
         self.run = run
         self._owner = owner
@@ -88,6 +97,7 @@ class Journal:
         self.approval_timeout = settings.approval_timeout
         self.time_allowed = settings.run_timeout
         self.resume = resume
+        self.awaiting = awaiting or _may_wait
         self._events: list[tuple[str, tuple[Any, ...]]] = []  # not yet numbered
         self._outbox: list[tuple[int, bytes]] = []  # numbered, not yet stored
         self._sequence = run.last_sequence

@@ -1,6 +1,9 @@
 """The background runs this replica runs: which it takes, how each goes, what it hears.
 
-:class:`Runner` holds up to ``background.max_running`` runs at once. It takes a run started
+:class:`Runner` runs up to ``background.max_running`` runs at once. A slot is for a run
+that is running: a run waiting for approval gives its slot back for a place among the waits,
+and a finished run delivering its callback holds a place among the deliveries, each pool
+bounded in all and per principal (:mod:`~sidecar.agent.runs.pools`). It takes a run started
 here at once (StartRun reserved its slot), and claims the others from the store: queued
 runs, runs whose process stopped (a lapsed lease on PostgreSQL; at start on SQLite) and
 callbacks due. It claims when a slot frees, when told a run waits (a notification), and,
@@ -12,7 +15,9 @@ Each run it takes goes one of these ways:
 
 - submitted: its session is claimed for its turn and it runs. A session another turn holds,
   or a sidecar or principal at its bound of concurrent runs, gives the run back to wait a
-  little (not counted against it); a principal or profile no longer allowed rejects it;
+  little (not counted against it); a principal or profile no longer allowed rejects it; a
+  principal past a daily quota fails it with the quota's error (it would wait until
+  midnight, holding its place in the queue's bounds);
 - cut off (working when its process stopped): it goes on from its last completed step, or
   fails as interrupted, as :mod:`sidecar.agent.runs.resume` rules;
 - finished with a callback due: the callback is delivered.
@@ -27,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from sidecar.agent.admission import Admission
@@ -38,6 +44,7 @@ from sidecar.agent.runs.callbacks import CallbackBody, Callbacks
 from sidecar.agent.runs.codec import RunCodec
 from sidecar.agent.runs.feed import Feed
 from sidecar.agent.runs.journal import Journal
+from sidecar.agent.runs.pools import Pool
 from sidecar.agent.runs.resume import Verdict, judge
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.turns import ClaimedTurn, Turns
@@ -58,7 +65,7 @@ from sidecar.periodic import Periodic
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import Principal
 from sidecar.sessions.store import SessionStore
-from sidecar.types import RunOutcome, RunRecord, RunState, StopReason, Turn
+from sidecar.types import CallbackStatus, RunOutcome, RunRecord, RunState, StopReason, Turn
 
 __all__ = ["Runner"]
 
@@ -78,6 +85,10 @@ class _Active:
     """Its turn is in its loop: a cancellation stops it there."""
     cancel: bool = False
     """Cancelled before its turn began: it never begins."""
+    running: bool = True
+    """It holds a run slot: it runs (not waiting for approval, not delivering)."""
+    waits: int = 0
+    """Its calls waiting for approval now."""
 
 
 class Runner:
@@ -138,8 +149,14 @@ class Runner:
         )
         self._active: dict[str, _Active] = {}
         self._reserved = 0
+        self._returning = 0  # decided runs waiting to run again: they go before new ones
+        self._freed = asyncio.Event()  # a run slot was given back
+        self.waits = Pool(settings.max_waiting, settings.max_waiting_per_principal)
+        self.deliveries = Pool(
+            settings.callbacks.max_deliveries, settings.callbacks.max_deliveries_per_principal
+        )
         self._wake = asyncio.Event()
-        self._due: float | None = None  # when a run given back here is due (one store)
+        self._dues: list[float] = []  # a heap: when runs given back here are due (one store)
         self._look = True  # the store may hold runs for this replica (at start: left behind)
         self._loop_task: asyncio.Task[None] | None = None
         self._heartbeat = Periodic("run-leases", lease / 3, self.renew) if lease else None
@@ -193,7 +210,7 @@ class Runner:
     def reserve(self) -> bool:
         """Hold a slot for a run about to be started here; pair with :meth:`take` or
         :meth:`unreserve`."""
-        if self._admission.draining or self._busy() >= self._settings.max_running:
+        if self._admission.draining or self._free() <= 0:
             return False
         self._reserved += 1
         return True
@@ -222,46 +239,96 @@ class Runner:
             record.callback_url, record.callback_shape, record.callback_token = url, shape, token
             record.callback_auth = auth
 
-    def _busy(self) -> int:
-        return len(self._active) + self._reserved
+    def _free(self) -> int:
+        """Run slots free for a new run: those of runs waiting or delivering are not
+        taken, and decided runs take theirs back first."""
+        running = sum(1 for a in self._active.values() if a.running)
+        return self._settings.max_running - running - self._reserved - self._returning
 
     def _launch(self, run: RunRecord) -> None:
-        active = _Active(run)
+        active = _Active(run, running=not run.state.finished)
         active.task = asyncio.get_running_loop().create_task(
             self._execute(active), name=f"run:{run.run_id}"
         )
         self._active[run.run_id] = active
 
         def done(_: object) -> None:
-            self._active.pop(run.run_id, None)
+            if self._active.get(run.run_id) is active:  # not a later take of the same run
+                del self._active[run.run_id]
+            if active.running:
+                self._slot_freed()
             self._wake.set()
 
         active.task.add_done_callback(done)
 
+    def _slot_freed(self) -> None:
+        self._freed.set()
+        self._wake.set()
+
+    def _leave_slot(self, active: _Active) -> None:
+        if active.running:
+            active.running = False
+            self._slot_freed()
+
+    @contextlib.asynccontextmanager
+    async def _awaiting(self, active: _Active) -> AsyncIterator[bool]:
+        """A call of the run waits for approval: the run gives its slot back, taking a
+        place among the waits instead (False: its principal's or the pool's are all
+        taken, and the call does not wait). Once none of its calls waits, it takes a slot
+        again, before any new run does."""
+        principal = active.record.principal
+        if active.waits == 0:
+            if not self.waits.take(principal):
+                yield False
+                return
+            self._leave_slot(active)
+        active.waits += 1
+        try:
+            yield True
+        finally:
+            active.waits -= 1
+            if active.waits == 0:
+                self.waits.give(principal)
+                await self._take_slot_again(active)
+
+    async def _take_slot_again(self, active: _Active) -> None:
+        self._returning += 1
+        try:
+            while self._free() + self._returning <= 0 and active.waits == 0:
+                self._freed.clear()
+                await self._freed.wait()
+        finally:
+            self._returning -= 1
+        if active.waits == 0:  # else a call began waiting meanwhile: it holds no slot
+            active.running = True
+
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            free = self._settings.max_running - self._busy()
-            if self._due is not None and self._due <= time.time():
-                self._due, self._look = None, True
+            free, calls = max(0, self._free()), self.deliveries.free
+            now = time.time()
+            while self._dues and self._dues[0] <= now:
+                heapq.heappop(self._dues)
+                self._look = True
             looking = self._store.shared or self._look
-            if free > 0 and looking and not self._admission.draining:
+            if (free > 0 or calls > 0) and looking and not self._admission.draining:
                 try:
-                    claimed = await self._store.claim(self._owner, free)
+                    claimed = await self._store.claim(self._owner, free, calls)
                 except Exception:
                     log.exception("claiming background runs failed")
                     claimed = []
                 else:
                     # Fewer than it could take: on a store of its own, nothing else waits
                     # until a submission, a notification or a due time says so.
-                    self._look = len(claimed) >= free
+                    done = sum(1 for r in claimed if r.state.finished)
+                    self._look = len(claimed) - done >= free or done >= calls
                 for run in claimed:
                     self._launch(run)
             timeout: float | None = None
             if self._store.shared:
                 timeout = self._settings.poll_interval
-            elif self._due is not None:
-                timeout = max(0.0, self._due - time.time())
+            elif self._dues:
+                timeout = max(0.0, self._dues[0] - time.time())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -269,10 +336,17 @@ class Runner:
                 await self._listen()  # a dropped listener comes back
                 self._feed.publish_all()  # watchers read, in case a notification was missed
 
+    def _note_due(self, due: float) -> None:
+        """A run given back is due at ``due``: a store of this process's own is looked at
+        then (each due time kept, so a later one is not lost to an earlier)."""
+        if not self._store.shared:
+            heapq.heappush(self._dues, due)
+            self._wake.set()
+
     async def _give_back(self, run: RunRecord, delay: float) -> None:
         """Let another look take the run, ``delay`` seconds from now."""
         due = time.time() + delay
-        self._due = due if self._due is None else min(self._due, due)
+        self._note_due(due)
         await self._store.release(run.run_id, self._owner, run.attempts, not_before=due)
 
     # -- one run ----------------------------------------------------------------------
@@ -295,6 +369,7 @@ class Runner:
                 await self._start(active, principal, session_id)
             else:
                 await self._resume(active, principal, session_id)
+            self._leave_slot(active)  # what is left to do is no run's
             # A callback named on another replica while the run went is in the store only.
             if (
                 active.journal is not None
@@ -330,7 +405,12 @@ class Runner:
                 started=time.time() if not resumed else run.create_time,
                 resumed=resumed,
             )
-        except (Overloaded, QuotaExceeded, Draining):
+        except QuotaExceeded as exc:
+            if exc.daily:  # spent until midnight: the run fails now and frees its place
+                await self._out_of_quota(active, exc)
+            else:
+                await self._give_back(run, self._settings.poll_interval)  # for now
+        except (Overloaded, Draining):
             await self._give_back(run, self._settings.poll_interval)  # full here, for now
         except SessionBusy:
             if resumed:
@@ -393,6 +473,7 @@ class Runner:
             feed=self._feed,
             on_lost=lambda: self._stop(active, "lost"),
             resume=verdict.progress if verdict is not None else None,
+            awaiting=lambda: self._awaiting(active),
         )
         active.journal = journal
         return journal
@@ -487,6 +568,23 @@ class Runner:
                     error="interrupted",
                 )
 
+    async def _out_of_quota(self, active: _Active, exc: QuotaExceeded) -> None:
+        run = active.record
+        outcome = RunOutcome.failed(
+            StopReason.COST_LIMIT, "quota_exceeded", exc.message, retryable=True, total=0.0
+        )
+        journal = self._journal(active)
+        if await journal.end(RunState.FAILED, self._codec.result(outcome), None):
+            if self._audit.enabled:
+                self._audit.record(
+                    "run_finished",
+                    run.principal,
+                    run_id=run.run_id,
+                    stop_reason=StopReason.COST_LIMIT.name,
+                    error="quota_exceeded",
+                    quota=exc.quota_name,
+                )
+
     async def _reject(self, active: _Active, code: str, why: str) -> None:
         run = active.record
         journal = self._journal(active)
@@ -506,11 +604,28 @@ class Runner:
         )
 
     async def _call_back(self, run: RunRecord) -> None:
-        principal = self._snapshot().authenticator.principal(run.principal)
-        shown = principal.shown(run.session_key) if principal is not None else run.session_key
-        due = await self.callbacks.deliver(run, shown)
+        """Deliver the run's callback in a place of the deliveries' pool; with none free
+        for its principal, give it back to be delivered a little later."""
+        due: float | None
+        if not self.deliveries.take(run.principal):
+            due = time.time() + self._settings.poll_interval
+            await self._store.callback_done(
+                run.run_id,
+                self._owner,
+                status=CallbackStatus.PENDING,
+                attempts=run.callback_attempts,
+                not_before=due,
+            )
+        else:
+            try:
+                principal = self._snapshot().authenticator.principal(run.principal)
+                shown = principal.shown(run.session_key) if principal else run.session_key
+                due = await self.callbacks.deliver(run, shown)
+            finally:
+                self.deliveries.give(run.principal)
+                self._wake.set()  # a place freed: a delivery given back may be taken now
         if due is not None:
-            self._due = due if self._due is None else min(self._due, due)
+            self._note_due(due)
 
     # -- what other replicas ask ------------------------------------------------------
 
