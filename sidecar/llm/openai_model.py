@@ -50,6 +50,7 @@ from sidecar.errors import (
 from sidecar.llm.model import ModelRequest, ModelResponse, TextSink, ToolCallSink
 from sidecar.llm.pacing import (
     DEFAULT_MAX_WAIT,
+    PROBE_EVERY,
     PROCESS_PACERS,
     Pacer,
     Pacers,
@@ -413,7 +414,12 @@ class OpenAICompatibleModel:
         """Seconds to wait before retry number ``attempt``; raise when the run can't wait."""
         policy = self._retry
         retry_after = exc.retry_after if isinstance(exc, ModelError) else None
-        if retry_after is not None:
+        if retry_after is not None and self._pacer is not None and retry_after > PROBE_EVERY:
+            # A long hold: the pacer learned it from the same answer and holds the retry in
+            # its queue, which a probe that finds the limit gone ends for every waiter; a
+            # sleep here would wait out the whole hold whatever the probe found.
+            delay = 0.0
+        elif retry_after is not None:
             delay = min(float(retry_after), self._max_wait)
         else:
             delay = policy.backoff(attempt)

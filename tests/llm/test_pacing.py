@@ -665,3 +665,37 @@ async def test_the_same_burst_without_the_output_limit_gets_otpm_429s(
         await client.close()
     failed = [r for r in results if isinstance(r, ModelError)]
     assert failed and all("output tokens per minute" in r.message for r in failed)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_call_that_got_a_long_429_is_woken_by_the_probe_not_the_ceiling(
+    fresh: str, transport: str
+) -> None:
+    body = '{"error": {"message": "Rate limit reached", "type": "tokens"}}'
+    fault = {"kind": "raw", "status": 429, "body": body, "headers": {"retry-after": "3600"}}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{fresh}/sim/faults", json={"faults": [fault]}) as response,
+    ):
+        response.raise_for_status()
+    client = OpenAICompatibleModel(
+        base_url=f"http://{fresh}/openai/v1",
+        api_key="test",
+        model="llm-simulator",
+        retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.02),
+        timeout=90,
+        transport=transport,
+        pacers=Pacers(),
+        environ={},
+    )
+    started = time.monotonic()
+    try:
+        answered = await client.complete(ModelRequest(HELLO.messages, [], False, 90))
+    finally:
+        await client.close()
+    took = time.monotonic() - started
+    # The hold is cut to the 60 s ceiling; the retry goes as the probe, PROBE_EVERY after
+    # the 429, and its success lifts the hold: it waits the probe interval, not the ceiling.
+    assert answered.attempts == 2
+    assert PROBE_EVERY - 0.5 <= answered.paced and took < PROBE_EVERY + 15
+    assert (await sim(fresh, "GET", "/stats"))["requests"] == 2
