@@ -1160,6 +1160,28 @@ class A2ASkillConfig(_Strict):
         return value
 
 
+def _check_origins(origins: list[str]) -> list[str]:
+    for origin in origins:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+            raise ValueError(f"{origin[:60]!r} is not an origin (scheme://host[:port])")
+    return origins
+
+
+class HttpLimits(_Strict):
+    """What one HTTP listener lets a connection hold (any HTTP front may take these)."""
+
+    read_timeout: float = Field(30.0, gt=0)
+    """Seconds a request may take to arrive whole (its headers and body) once its
+    connection is open or its previous response sent; a connection that is slower is
+    closed. A response being served or streamed (SSE) is not bounded by it."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest request body accepted (413, or a JSON-RPC error, beyond)."""
+    max_connections: int = Field(1000, ge=1)
+    """Open connections at most; a connection beyond it is closed as it is accepted, so a
+    flood of idle sockets cannot use up the process's descriptors."""
+
+
 class A2AHttpConfig(_Strict):
     """The HTTP listener of the A2A front: the agent card at its well-known path, the
     JSON-RPC binding and the HTTP+JSON binding."""
@@ -1178,6 +1200,11 @@ class A2AHttpConfig(_Strict):
     public_url: str | None = None
     """The URL callers reach the listener at (behind a proxy or a Service), the base of
     the card's interface URLs; unset: ``http(s)://HOST:PORT`` as bound."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed to call it besides loopback ones (``https://app.example``):
+    any other ``Origin`` is refused 403, against DNS rebinding (as ``mcp.allowed_origins``)."""
+    limits: HttpLimits = HttpLimits()
+    """Read timeout and connection cap of the listener."""
 
     @field_validator("jsonrpc_path", "rest_prefix")
     @classmethod
@@ -1185,6 +1212,11 @@ class A2AHttpConfig(_Strict):
         if not value.startswith("/") or value.endswith("/") or "{" in value:
             raise ValueError("a path starting with '/', not ending with one")
         return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        return _check_origins(origins)
 
     @field_validator("public_url")
     @classmethod

@@ -7,7 +7,7 @@ JSON-RPC error with the same details, or an HTTP status. What the spec has no er
 (authentication, permissions, quotas, a busy session, the drain) is a :class:`Refused`:
 on gRPC its canonical code with the sidecar's own ``ErrorInfo`` (domain
 ``agentsidecar.v1``, the reasons of docs/errors.md) and ``RetryInfo``; on JSON-RPC a
-server error (-32000 to -32006) whose details carry the same reason.
+server error (-32040 to -32046) whose details carry the same reason.
 
 ::
 
@@ -25,6 +25,8 @@ server error (-32000 to -32006) whose details carry the same reason.
 from __future__ import annotations
 
 import grpc
+from a2a.server.jsonrpc_models import JSONRPCError
+from a2a.server.request_handlers.response_helpers import EXCEPTION_MAP
 from a2a.utils import errors as sdk
 from a2a.utils.errors import (
     A2AError,
@@ -48,11 +50,13 @@ from sidecar.errors import (
     ProfileRemoved,
     QuotaExceeded,
     RequestError,
+    ResourceExhausted,
     RunNotFound,
     RunQueueFull,
     SessionBusy,
     SessionExists,
     SessionNotFound,
+    StreamBacklog,
     TooManySessions,
     Unauthenticated,
 )
@@ -119,6 +123,9 @@ _REGISTERED: dict[type[Refused], tuple[int, int]] = {
 }
 for _cls, (_rpc, _http) in _REGISTERED.items():
     sdk.JSON_RPC_ERROR_CODE_MAP[_cls] = _rpc
+    # The JSON-RPC error's model: unregistered, the SDK builds an InternalError, whose
+    # code may only be -32603, and the caller got pydantic's complaint instead.
+    EXCEPTION_MAP[_cls] = JSONRPCError
     sdk.A2A_ERROR_MAPPING[_cls] = ErrorMapping(_http, _cls.code.name, _cls.code.name)
     sdk.A2A_ERROR_REASONS[_cls] = _cls.code.name
 
@@ -133,6 +140,8 @@ _REFUSALS: dict[type[RequestError], tuple[type[Refused], str]] = {
     TooManySessions: (RefusedExhausted, "TOO_MANY_SESSIONS"),
     QuotaExceeded: (RefusedExhausted, "QUOTA_EXCEEDED"),
     RunQueueFull: (RefusedExhausted, "RUN_QUEUE_FULL"),
+    StreamBacklog: (RefusedExhausted, "STREAM_BACKLOG"),
+    ResourceExhausted: (RefusedExhausted, "RESOURCE_EXHAUSTED"),
     SessionNotFound: (RefusedNotFound, "SESSION_NOT_FOUND"),
     ProfileNotFound: (RefusedNotFound, "PROFILE_NOT_FOUND"),
     SessionExists: (RefusedExists, "SESSION_EXISTS"),

@@ -13,43 +13,34 @@ caller may use.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import socket
-import ssl
-from collections.abc import Iterator
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
-import uvicorn
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.grpc_handler import (
     DefaultGrpcServerCallContextBuilder,
     GrpcHandler,
 )
-from a2a.server.routes import (
-    create_agent_card_routes,
-    create_jsonrpc_routes,
-    create_rest_routes,
-)
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from a2a.utils.errors import A2AError
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
+from a2a.utils.errors import A2AError, VersionNotSupportedError
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentsidecar.addresses import is_loopback
 from sidecar.a2a.card import CardMaker, Interfaces
 from sidecar.a2a.errors import DOMAIN, Refused, to_a2a
 from sidecar.a2a.handler import PRINCIPAL, SHAPE, TaskHandler, push_body
+from sidecar.a2a.http import CARD_PATH, application, refusal_body
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError, Unauthenticated
+from sidecar.http import Door, HttpListener, OriginRule
 from sidecar.security.identity import Principal
 from sidecar.security.peers import PeerCertificates
 
@@ -57,6 +48,8 @@ __all__ = ["SERVICE_NAME", "A2AFront"]
 
 log = logging.getLogger(__name__)
 
+_SERVED = tuple(PROTOCOL_VERSION_CURRENT.split(".")[:2])
+_VERSION = re.compile(r"\s*(\d+)\.(\d+)(?:\.\d+)?\s*")
 SERVICE_NAME = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name
 
 
@@ -71,6 +64,18 @@ class _Servicer(GrpcHandler):
     sidecar's code, reason and retry delay instead of UNKNOWN."""
 
     async def abort_context(self, error: A2AError, context: grpc.aio.ServicerContext) -> None:
+        if isinstance(error, VersionNotSupportedError):
+            # The spec's gRPC code for it is UNIMPLEMENTED (the SDK sends FAILED_PRECONDITION).
+            info = error_details_pb2.ErrorInfo(
+                reason="VERSION_NOT_SUPPORTED", domain="a2a-protocol.org"
+            )
+            status = rpc_status.to_status(
+                status_pb2.Status(
+                    code=code_pb2.UNIMPLEMENTED, message=str(error), details=[_pack(info)]
+                )
+            )
+            await context.abort(status.code, status.details, status.trailing_metadata)
+            return
         if not isinstance(error, Refused):
             await super().abort_context(error, context)
             return
@@ -107,7 +112,7 @@ class A2AFront:
         self._push = bool(config.background.callbacks.allowed_hosts) and config.background.enabled
         self.cards: CardMaker | None = None
         self._handler: TaskHandler | None = None
-        self._http: _HttpServer | None = None
+        self._http: HttpListener | None = None
         self._peers = PeerCertificates()
         self.http_port: int | None = None
 
@@ -167,7 +172,14 @@ class A2AFront:
         http = settings.http
         if http is not None:
             host = http.host or config.server.host
-            self._http = _HttpServer(host, http.port, config.server.tls, self._peers)
+            self._http = HttpListener(
+                "a2a.http",
+                host,
+                http.port,
+                tls=config.server.tls,
+                limits=http.limits,
+                peers=self._peers,
+            )
             self.http_port = self._http.bind()
             scheme = "https" if config.server.tls is not None else "http"
             base = http.public_url or f"{scheme}://{_url_host(host)}:{self.http_port}"
@@ -176,19 +188,34 @@ class A2AFront:
                 interfaces.rest = base + http.rest_prefix
         self.cards = CardMaker(config, interfaces, push=self._push)
         if self._http is not None and http is not None:
-            routes: list[BaseRoute] = [
-                *create_agent_card_routes(self.cards.public),
-                *create_jsonrpc_routes(
-                    self.handler, http.jsonrpc_path, context_builder=_HttpCaller()
-                ),
-            ]
-            if http.rest:
-                routes += create_rest_routes(
-                    self.handler, context_builder=_HttpCaller(), path_prefix=http.rest_prefix
-                )
-            app = Starlette(routes=routes)
-            protected = [http.jsonrpc_path, http.rest_prefix + "/"]
-            await self._http.start(_Authenticating(app, self, protected, self._peers))
+            app = application(
+                self.handler,
+                self.cards.public,
+                jsonrpc_path=http.jsonrpc_path,
+                rest_prefix=http.rest_prefix if http.rest else None,
+                context_builder=_HttpCaller(),
+                max_body_bytes=http.limits.max_body_bytes,
+            )
+            public_host = urlsplit(http.public_url).hostname if http.public_url else None
+            rule = OriginRule(
+                allowed_origins=http.allowed_origins,
+                loopback=is_loopback(host),
+                hosts=[public_host] if public_host else [],
+            )
+            door = Door(
+                app,
+                rule=rule,
+                authenticate=self._http_principal,
+                refusal=refusal_body,
+                public=[CARD_PATH],
+                principal_key=PRINCIPAL,
+            )
+            await self._http.start(door)
+
+    def _http_principal(self, headers: list[tuple[str, str]], scope: Any) -> Principal:
+        client = scope.get("client")
+        where = f"{client[0]}:{client[1]}" if client else ""
+        return self.authenticate(headers, self._peers.identity(scope), scope["path"], where)
 
     async def stop(self) -> None:
         """Stop the HTTP listener (streams in flight end)."""
@@ -220,11 +247,27 @@ class _GrpcCaller(DefaultGrpcServerCallContextBuilder):
         except Unauthenticated as exc:
             raise to_a2a(exc) from None
         call.state[PRINCIPAL] = principal
+        _check_version(context.invocation_metadata() or ())
         return call
 
 
+def _check_version(metadata: Any) -> None:
+    """Refuse a gRPC call that asks for another A2A version than 1.x, as the SDK's HTTP
+    bindings do (its gRPC servicer does not look). A call that names none is served."""
+    for key, value in metadata:
+        if key.lower() != VERSION_HEADER.lower():
+            continue
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        asked = _VERSION.fullmatch(text)
+        if asked is None or asked.groups() != _SERVED:
+            raise VersionNotSupportedError(
+                f"A2A version {text[:32]!r} is not supported; this agent speaks "
+                f"{PROTOCOL_VERSION_CURRENT}"
+            )
+
+
 class _HttpCaller(DefaultServerCallContextBuilder):
-    """Passes on the principal the middleware named."""
+    """Passes on the principal the door named."""
 
     def build(self, request: Request) -> ServerCallContext:
         call = super().build(request)
@@ -232,126 +275,3 @@ class _HttpCaller(DefaultServerCallContextBuilder):
         call.state.get("headers", {}).pop("authorization", None)
         call.state[PRINCIPAL] = request.scope[PRINCIPAL]
         return call
-
-
-class _Authenticating:
-    """Authenticates every request under the protected paths (HTTP 401 for a caller
-    that proves nothing), before the SDK reads its body."""
-
-    def __init__(
-        self, app: ASGIApp, front: A2AFront, protected: list[str], peers: PeerCertificates
-    ) -> None:
-        self._app = app
-        self._front = front
-        self._protected = protected
-        self._peers = peers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and any(
-            scope["path"] == p or scope["path"].startswith(p) for p in self._protected
-        ):
-            metadata = [
-                (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]
-            ]
-            client = scope.get("client")
-            where = f"{client[0]}:{client[1]}" if client else ""
-            try:
-                scope[PRINCIPAL] = self._front.authenticate(
-                    metadata, self._peers.identity(scope), scope["path"], where
-                )
-            except Unauthenticated as exc:
-                response = JSONResponse(
-                    {
-                        "error": {
-                            "code": 401,
-                            "status": "UNAUTHENTICATED",
-                            "message": exc.message,
-                            "details": [
-                                {
-                                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                                    "reason": "UNAUTHENTICATED",
-                                    "domain": DOMAIN,
-                                }
-                            ],
-                        }
-                    },
-                    status_code=401,
-                    headers={"www-authenticate": "Bearer"},
-                )
-                await response(scope, receive, send)
-                return
-        await self._app(scope, receive, send)
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The sidecar handles its signals itself (commands/serve.py): a drain stops this.
-        yield
-
-
-class _HttpServer:
-    """uvicorn on a socket bound before it starts, so the port is known at once."""
-
-    def __init__(self, host: str, port: int, tls: Any, peers: PeerCertificates) -> None:
-        self._host = host
-        self._port = port
-        self._tls = tls
-        self._peers = peers
-        self._socket: socket.socket | None = None
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def bind(self) -> int:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self._host, self._port))
-        except OSError:
-            sock.close()
-            raise StartupError(f"a2a.http: cannot listen on {self._host}:{self._port}") from None
-        sock.listen(128)
-        sock.setblocking(False)
-        self._socket = sock
-        port: int = sock.getsockname()[1]
-        return port
-
-    async def start(self, app: ASGIApp) -> None:
-        tls: dict[str, Any] = {}
-        if self._tls is not None:
-            tls = {"ssl_certfile": self._tls.cert_file, "ssl_keyfile": self._tls.key_file}
-            if self._tls.client_ca_file is not None:
-                tls |= {
-                    "ssl_ca_certs": self._tls.client_ca_file,
-                    "ssl_cert_reqs": ssl.CERT_REQUIRED,
-                }
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            server_header=False,
-            timeout_graceful_shutdown=1,
-            **tls,
-        )
-        try:
-            config.load()
-        except (OSError, ssl.SSLError) as exc:
-            raise StartupError(f"a2a.http: TLS files cannot be read ({exc})") from None
-        config.http_protocol_class = self._peers.protocol(config.http_protocol_class)
-        server = _Server(config)
-        server.lifespan = config.lifespan_class(config)
-        assert self._socket is not None
-        await server.startup(sockets=[self._socket])
-        self._server = server
-        self._task = asyncio.get_running_loop().create_task(server.main_loop(), name="a2a-http")
-
-    async def stop(self) -> None:
-        server, task = self._server, self._task
-        if server is None or task is None:
-            return
-        server.should_exit = True
-        await task
-        await server.shutdown(sockets=[self._socket] if self._socket is not None else None)
-        self._server = None

@@ -96,6 +96,16 @@ def _internal(exc: BaseException) -> InternalError:
     return InternalError(f"internal error {error_id}; the sidecar's log has the details")
 
 
+def _no_tenant(params: Any) -> None:
+    """Tenants are not served (principals separate callers): a request naming one is
+    refused rather than served as if it named none."""
+    if getattr(params, "tenant", ""):
+        raise InvalidParamsError(
+            "tenants are not served by this agent: send the request without tenant",
+            {"errors": [{"field": "tenant", "message": "must be empty"}]},
+        )
+
+
 def _answers(
     method: Callable[..., Awaitable[_R]],
 ) -> Callable[..., Awaitable[_R]]:
@@ -104,6 +114,7 @@ def _answers(
     @functools.wraps(method)
     async def wrapped(self: TaskHandler, params: Any, context: ServerCallContext) -> _R:
         try:
+            _no_tenant(params)
             return await method(self, params, context)
         except A2AError:
             raise
@@ -125,6 +136,7 @@ def _streams(
         self: TaskHandler, params: Any, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
         try:
+            _no_tenant(params)
             async for event in method(self, params, context):
                 yield event
         except A2AError:
@@ -445,10 +457,18 @@ class TaskHandler(RequestHandler):
     ) -> a2a_pb2.ListTasksResponse:
         principal = _principal(context)
         size = params.page_size if params.HasField("page_size") else 0
-        if params.context_id:
-            page = await self._runs.page(
-                principal, params.context_id, size=size, token=params.page_token
+        if size < 0:
+            raise InvalidParamsError(
+                "page_size must be positive (or unset for the default)",
+                {"errors": [{"field": "page_size", "message": "must be positive"}]},
             )
+        if params.context_id:
+            try:
+                page = await self._runs.page(
+                    principal, params.context_id, size=size, token=params.page_token
+                )
+            except SessionNotFound:  # a context with no tasks yet: an empty page
+                return a2a_pb2.ListTasksResponse(page_size=0, total_size=0)
         else:  # every context of the caller's
             page = await self._runs.page_all(principal, size=size, token=params.page_token)
         history = params.history_length if params.HasField("history_length") else None
