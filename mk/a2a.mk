@@ -34,3 +34,24 @@ bench-a2a: install
 	$(PY) -m bench.micro.a2a
 
 bench: bench-a2a
+
+# a2a-tck     the A2A compatibility kit (third_party/a2a-tck: a2aproject/a2a-tck, branch
+#             1.0-dev, pinned; see its PROVENANCE.md) into its own venv, .tools/a2a-tck,
+#             again only when the copy changes. tests/a2a/test_tck.py runs it against a
+#             real sidecar over the three bindings.
+A2A_TCK_DIR := .tools/a2a-tck
+A2A_TCK_SUM := $(shell find third_party/a2a-tck -type f -not -path '*/__pycache__/*' | sort | xargs cat 2>/dev/null | sha256sum | cut -c1-16)
+A2A_TCK := $(A2A_TCK_DIR)/.installed-$(A2A_TCK_SUM)
+
+.PHONY: a2a-tck
+
+## a2a-tck: the A2A TCK (1.0 branch, vendored) in its own virtual environment.
+a2a-tck: $(A2A_TCK)
+
+$(A2A_TCK):
+	rm -rf $(A2A_TCK_DIR)
+	$(PYTHON) -m venv $(A2A_TCK_DIR)
+	$(A2A_TCK_DIR)/bin/pip install -q ./third_party/a2a-tck
+	touch $@
+
+pytest: $(A2A_TCK)
