@@ -1,0 +1,102 @@
+"""A sidecar's refusals keep their documented JSON-RPC codes and reasons; the gRPC binding
+refuses another A2A version; the HTTP listener closes half-sent requests and caps its
+connections. One sidecar of its own: a principal with no skill's profile, tight limits."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from sidecar.testing import ServerProcess
+from tests.support.a2a import A2A_SKILLS
+from tests.support.stack import sidecar, sidecar_config, simulator
+
+CAROL = "carol-token"
+MAX_CONNECTIONS = 8
+
+
+@pytest.fixture(scope="module")
+def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    auth = {"principals": [{"name": "carol", "token_env": "CAROL_TOKEN", "profiles": ["other"]}]}
+    http = {"port": 0, "limits": {"read_timeout": 0.5, "max_connections": MAX_CONNECTIONS}}
+    with simulator() as sim:
+        config: dict[str, Any] = sidecar_config(
+            sim,
+            [],
+            profiles={"default": {}, "other": {}},
+            auth=auth,
+            a2a={"skills": A2A_SKILLS, "http": http},
+        )
+        path: Path = tmp_path_factory.mktemp("sidecar")
+        with sidecar(config, path, env={"CAROL_TOKEN": CAROL}) as process:
+            yield process
+
+
+def test_a_refusal_keeps_its_json_rpc_code_and_the_sidecars_reason(side: ServerProcess) -> None:
+    base = "http://" + side.announced("a2a http on ")
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "two reads"}]}
+    body = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": message}}
+    headers = {"authorization": f"Bearer {CAROL}", "a2a-version": "1.0"}
+    answer = httpx.post(base + "/a2a/jsonrpc", json=body, headers=headers, timeout=30)
+    error = answer.json()["error"]
+    assert error["code"] == -32041, error
+    (info,) = error["data"]
+    assert info["metadata"]["reason"] == "PERMISSION_DENIED"
+    assert info["metadata"]["domain"] == "agentsidecar.v1"
+    assert "validation error" not in answer.text
+
+
+async def test_the_grpc_binding_refuses_another_a2a_version(side: ServerProcess) -> None:
+    async with grpc.aio.insecure_channel(side.address) as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+        metadata = (("authorization", f"Bearer {CAROL}"), ("a2a-version", "99.0"))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ListTasks(a2a_pb2.ListTasksRequest(), metadata=metadata, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        current = (("authorization", f"Bearer {CAROL}"), ("a2a-version", "1.0"))
+        listed = await stub.ListTasks(a2a_pb2.ListTasksRequest(), metadata=current, timeout=30)
+        assert list(listed.tasks) == []
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_a_half_sent_request_is_closed_and_connections_are_capped(side: ServerProcess) -> None:
+    host, port = side.announced("a2a http on ").rsplit(":", 1)
+    half = socket.create_connection((host, int(port)), timeout=10)
+    half.sendall(b"POST /a2a/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
+    # read_timeout is 0.5 s: a generous deadline, well short of "never".
+    assert _closed_within(half, 20)
+    half.close()
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        extra = socket.create_connection((host, int(port)), timeout=10)
+        assert _closed_within(extra, 20)  # beyond the cap: closed as accepted
+        extra.close()
+    finally:
+        for sock in idle:
+            sock.close()
+    # Once they are gone the listener serves again.
+    deadline = time.monotonic() + 20
+    while True:
+        card = httpx.get(f"http://{host}:{port}/.well-known/agent-card.json", timeout=10)
+        if card.status_code == 200 or time.monotonic() > deadline:
+            break
+    assert card.status_code == 200
