@@ -28,6 +28,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 from a2a.server.context import ServerCallContext
@@ -45,6 +46,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf import json_format
 
+from agentsidecar.addresses import is_loopback
 from agentsidecar.v1 import agent_pb2
 from sidecar.a2a.errors import to_a2a
 from sidecar.a2a.tasks import EventReader, task_of
@@ -298,6 +300,14 @@ class TaskHandler(RequestHandler):
                             {"field": f"{prefix}authentication", "message": "not a header value"}
                         ]
                     },
+                )
+            url = urlsplit(push.url)
+            if url.scheme != "https" and not is_loopback(url.hostname or ""):
+                # As for the sidecar's own tokens: no credentials in plaintext off loopback.
+                raise InvalidParamsError(
+                    "authentication credentials would travel in plaintext: an http URL "
+                    "takes them only to loopback; use https",
+                    {"errors": [{"field": f"{prefix}url", "message": "must be https"}]},
                 )
             authorization = f"{auth.scheme} {auth.credentials}"
         return push.url, push.token, authorization

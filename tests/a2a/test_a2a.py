@@ -204,6 +204,12 @@ async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
             creds.url = hook.url
             creds.authentication.scheme, creds.authentication.credentials = scheme, credentials
             refused.append(bad_auth)
+        plaintext = user_message("two reads")
+        off_loopback = plaintext.configuration.task_push_notification_config
+        off_loopback.url = "http://hooks.example/a2a"
+        off_loopback.authentication.scheme = "Bearer"
+        off_loopback.authentication.credentials = "hook-secret"
+        refused.append(plaintext)
         for bad in refused:
             with pytest.raises(InvalidParamsError):
                 await collect(client.send_message(bad))
