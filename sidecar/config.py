@@ -1857,7 +1857,8 @@ def resolve_api_key(model: ModelConfig, environ: Mapping[str, str]) -> str | Non
 def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment variables the configuration names for secrets beyond the model
     key (``token_env`` of principals and tool servers, ``api_key_env`` of model variants,
-    tiers and the replay's judge, the callback secrets' ``*_env``), with their values; unset
+    tiers and the replay's judge, the callback secrets' ``*_env``, the MCP endpoint's
+    ``request_state_key_env``), with their values; unset
     or empty ones are left out."""
     names = {p.token_env for p in config.auth.principals if p.token_env}
     names |= {p.callback_secret_env for p in config.auth.principals if p.callback_secret_env}
@@ -1875,6 +1876,8 @@ def secret_environment(config: SidecarConfig, environ: Mapping[str, str]) -> dic
         names |= {
             o["api_key_env"] for o in overrides if o and isinstance(o.get("api_key_env"), str)
         }
+    if config.mcp.request_state_key_env:
+        names.add(config.mcp.request_state_key_env)
     judge = config.replay.judge or {}
     if isinstance(judge.get("api_key_env"), str):
         names.add(judge["api_key_env"])

@@ -366,3 +366,11 @@ def test_mcp_tasks_are_kept_while_they_may_run_and_the_state_key_must_be_a_secre
         state_key(config)
     monkeypatch.setenv("SIDECAR_TEST_STATE_KEY", "k" * 40)
     assert state_key(config) == b"k" * 40
+
+
+def test_the_mcp_request_state_key_is_a_secret_to_redact() -> None:
+    from sidecar.config import secret_environment
+
+    config = parse_config({"mcp": {"request_state_key_env": "SIDECAR_TEST_STATE_KEY"}})
+    secrets = secret_environment(config, {"SIDECAR_TEST_STATE_KEY": "k" * 40, "OTHER": "x"})
+    assert secrets == {"SIDECAR_TEST_STATE_KEY": "k" * 40}

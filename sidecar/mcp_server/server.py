@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
 
 from agentsidecar.addresses import is_loopback
 from sidecar.agent.runtime import Runtime
@@ -95,6 +96,9 @@ class McpFront:
             streamable_http_path=mcp.path,
             max_request_body_size=mcp.max_body_bytes,
             host=mcp.host,
+            # The guard checks Host and Origin with the configured allow-list; the SDK's own
+            # check on a loopback bind would refuse every origin but loopback's.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         peers = PeerCertificates()
         guarded = Guard(

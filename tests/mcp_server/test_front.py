@@ -46,6 +46,7 @@ def _config(sim: ServerProcess, orders: ServerProcess, audit: Path) -> dict[str,
         mcp={
             "port": 0,
             "agent_tool": True,
+            "allowed_origins": ["https://app.example"],
             "tasks": {"tools": {"slow": "optional", "ask": "optional"}, "poll_interval": 0.05},
         },
         auth={
@@ -342,6 +343,11 @@ async def test_requests_from_a_foreign_origin_or_a_rebound_host_are_refused(
     async with httpx2.AsyncClient() as http:
         origin = await http.post(url, json=body, headers={**auth, "Origin": "https://evil.example"})
         host = await http.post(url, json=body, headers={**auth, "Host": "evil.example"})
+        allowed = await http.post(
+            url,
+            json=body,
+            headers={**auth, "Origin": "https://app.example", "Accept": "application/json"},
+        )
         local = await http.post(
             url,
             json=body,
@@ -350,6 +356,8 @@ async def test_requests_from_a_foreign_origin_or_a_rebound_host_are_refused(
     assert origin.status_code == 403
     assert host.status_code == 421
     assert local.status_code != 403
+    # The configured allow-list takes effect on a loopback bind too.
+    assert allowed.status_code not in (403, 421)
 
 
 def test_the_mcp_inspector_cli_lists_and_calls_tools(
