@@ -200,7 +200,10 @@ async def fresh(limited: ServerProcess) -> AsyncIterator[str]:
     yield limited.address
 
 
-def model(address: str, transport: str, *, pacing: bool = True) -> OpenAICompatibleModel:
+def model(
+    address: str, transport: str, *, pacing: bool = True, **limits: Any
+) -> OpenAICompatibleModel:
+    """A model client of its own pacer; ``limits``: its input and output token limits."""
     return OpenAICompatibleModel(
         base_url=f"http://{address}/openai/v1",
         api_key="test",
@@ -210,6 +213,7 @@ def model(address: str, transport: str, *, pacing: bool = True) -> OpenAICompati
         transport=transport,
         pacing=pacing,
         pacers=Pacers(),
+        **limits,
         environ={},
     )
 
@@ -623,28 +627,12 @@ def output_limited() -> Iterator[ServerProcess]:
         yield process
 
 
-def otpm_model(address: str, transport: str, **limits: Any) -> OpenAICompatibleModel:
-    return OpenAICompatibleModel(
-        base_url=f"http://{address}/openai/v1",
-        api_key="test",
-        model="llm-simulator",
-        retry=RetryPolicy(max_attempts=1),  # a 429 fails the call: none may happen
-        timeout=20,
-        transport=transport,
-        pacers=Pacers(),
-        environ={},
-        **limits,
-    )
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_burst_paced_by_the_output_limit_gets_no_429(
     output_limited: ServerProcess, transport: str
 ) -> None:
     await sim(output_limited.address, "POST", "/reset")
-    client = otpm_model(
-        output_limited.address, transport, output_tokens_per_minute=60, token_window=2.0
-    )
+    client = model(output_limited.address, transport, output_tokens_per_minute=60, token_window=2.0)
     try:
         results = await burst(client)
     finally:
@@ -658,7 +646,7 @@ async def test_the_same_burst_without_the_output_limit_gets_otpm_429s(
     output_limited: ServerProcess,
 ) -> None:
     await sim(output_limited.address, "POST", "/reset")
-    client = otpm_model(output_limited.address, "direct")
+    client = model(output_limited.address, "direct")
     try:
         results = await burst(client)
     finally:
