@@ -372,10 +372,11 @@ class ModelConfig(_Strict):
     """Groq's service tier for the requests (``flex``: higher limits, ``498`` when full;
     ``auto``: the best the organisation has). Unset: the provider's default
     (``on_demand``). A profile may choose another per run class (``service_tiers``)."""
-    flex_fallback: Literal["on_demand", "auto"] | None = None
+    flex_fallback: Literal["on_demand", "auto", "light"] | None = None
     """When a ``flex`` request is answered ``498 capacity_exceeded`` and its retries are
-    spent, send it once more on this tier instead of failing; unset: fail
-    (``model_unavailable``)."""
+    spent, send it once more on this tier instead of failing, or with ``light`` to the
+    profile's light path model (``profiles.NAME.light.model``, on its own tier; a profile
+    without a light variant fails as when unset); unset: fail (``model_unavailable``)."""
     max_tools_per_request: int = Field(128, ge=1, le=10_000)
     """The most tools one request may carry (Groq refuses more than 128 with a 400). A
     profile whose allowed tools can exceed it is refused at start and by ``check``; a
@@ -1704,6 +1705,25 @@ class SidecarConfig(_Strict):
                         f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
                     )
                     raise ValueError(f"profiles.{name}.{where}: {problem}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _the_light_path_leaves_the_full_flex_tier(self) -> SidecarConfig:
+        # flex_fallback: light sends a call that found the flex tier full to the light
+        # path's model on its own tier: the same full tier would only fail again.
+        for name, profile in self.profiles.items():
+            if profile.light is None:
+                continue
+            full = [profile.tools_model or {}] + [v.model for v in profile.variants]
+            full += [v.tools_model or {} for v in profile.variants]
+            if not any(resolve_model(self.model, o).flex_fallback == "light" for o in full):
+                continue
+            if resolve_model(self.model, profile.light.model).service_tier == "flex":
+                raise ValueError(
+                    f"profiles.{name}.light.model would be sent on the flex tier it falls "
+                    "back from (flex_fallback: light): give it another service_tier "
+                    "(on_demand, auto)"
+                )
         return self
 
 

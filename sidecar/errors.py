@@ -36,6 +36,7 @@ it picks a status code::
     │   ├── ModelRequestRejected  a 4xx other than 429: retrying the same request won't help
     │   │   └── ToolUseFailed     the model emitted a malformed tool call (Groq's tool_use_failed)
     │   └── ModelUnavailable      429 / 498 / 5xx / connection / timeout, after retries
+    │       └── FlexTierFull      498 on flex, and the section sends the call to the light path
     ├── ArgumentsInvalid          a tool call's arguments do not fit its tool (for the model)
     └── BreakerOpenError          a circuit breaker refused a call; nothing was sent
 
@@ -62,6 +63,7 @@ __all__ = [
     "ConfigError",
     "Draining",
     "FieldViolation",
+    "FlexTierFull",
     "InputTooLarge",
     "InvalidRequest",
     "MalformedRequest",
@@ -446,6 +448,12 @@ class ToolUseFailed(ModelRequestRejected):
 
 class ModelUnavailable(ModelError):
     """The provider did not answer usefully within the retries and the time allowed."""
+
+
+class FlexTierFull(ModelUnavailable):
+    """The ``flex`` tier was full (``498 capacity_exceeded``) through every retry, and the
+    model section says such a call goes to the profile's light path (``flex_fallback:
+    light``): the run sends it there once, or fails with this when it has none."""
 
 
 # -- tools -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import orjson
 from sidecar.agent.budget import RunBudget
 from sidecar.agent.profiles import Profile
 from sidecar.agent.scope import Progress, RunScope
-from sidecar.errors import DEADLINE_EXCEEDED, ModelError, ToolUseFailed
+from sidecar.errors import DEADLINE_EXCEEDED, FlexTierFull, ModelError, ToolUseFailed
 from sidecar.llm.model import Model, ModelRequest, ModelResponse
 from sidecar.tokens import tokens_of
 from sidecar.tools.ahead import EarlyCalls, Prefetch
@@ -436,7 +436,8 @@ class _Run:
             backlog=sink.backlog if on_text is not None and sink is not None else None,
             on_reasoning=on_reasoning,
             keep_reasoning=policy.record,
-            service_tier=self.scope.service_tier,
+            # The light path's model, answering for a full flex tier, asks for its own.
+            service_tier=None if model is self.scope.light_model else self.scope.service_tier,
         )
         on_tool_call = self.early.offer if self.early is not None else None
         start = self.clock.now()
@@ -450,7 +451,19 @@ class _Run:
             self._model_stage(
                 model, step, start, remaining, response=None, error=exc.code, attempts=exc.attempts
             )
-            raise
+            light = self.scope.light_model
+            if not isinstance(exc, FlexTierFull) or light is None or light is model:
+                raise
+            log.warning(
+                "run %s step %d: the flex tier of %s is full (498): sent to the light path's %s",
+                self.scope.run_id,
+                step,
+                model.name,
+                light.name,
+            )
+            return await self._think(
+                step, messages, tools, stream, schema, deadline, tool_choice, model=light, show=show
+            )
         self.usage.add(response.usage)
         if self.spend is not None:
             self.spend.charge(model.name, response.usage)

@@ -28,6 +28,7 @@ from sidecar.tools.dispatch import (
 from sidecar.types import Clock, EventSink, ToolCall, Usage
 
 if TYPE_CHECKING:
+    from sidecar.llm.model import Model
     from sidecar.security.tool_identity import RunIdentity
     from sidecar.telemetry.tracing import RunTrace
 
@@ -98,6 +99,9 @@ class RunScope:
     service_tier: str | None = None
     """The provider's service tier its model calls ask for (its run class's, from the
     profile's ``service_tiers``); None: the model's own."""
+    light_model: Model | None = None
+    """Where a model call goes once when its flex tier stays full (``FlexTierFull``): the
+    profile's light path model; None on the light path itself, or without one."""
 
     def step(self, step: int, deadline: float, *, approvals: bool = True) -> StepScope:
         """What every tool call of step ``step`` shares; ``deadline`` is the tools'.

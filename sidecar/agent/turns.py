@@ -504,8 +504,13 @@ class Turns:
             else [(k, v) for k, v in metadata if k in _TRACE_HEADERS and isinstance(v, str)]
         )
         on_tool_call = self._audit_tool_calls(turn) if self._audit.enabled else None
+        # A full path's call that finds its flex tier full may go to the light path's model.
+        light = turn.snapshot.light.get(turn.profile.name) if turn.light is None else None
+        light_model = light.models.answer if light is not None else None
         if recording is not None:
             models = recording.capture.models(models)
+            if light_model is not None:
+                light_model = recording.capture.models(RunModels(light_model)).answer
             on_tool_call = recording.capture.listener(on_tool_call)
         return RunScope(
             run_id=turn.run_id,
@@ -540,6 +545,7 @@ class Turns:
             service_tier=profile.config.service_tiers.background
             if detached is not None
             else profile.config.service_tiers.caller,
+            light_model=light_model,
         )
 
     async def _end(

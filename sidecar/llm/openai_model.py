@@ -43,6 +43,7 @@ from sidecar.config import RetryPolicy
 from sidecar.errors import (
     DEADLINE_EXCEEDED,
     MODEL_TIMEOUT,
+    FlexTierFull,
     ModelError,
     ModelRequestRejected,
     ModelUnavailable,
@@ -101,7 +102,8 @@ class OpenAICompatibleModel:
         pacers: The pacers shared by model clients; None: the process's.
         reasoning_effort: Sent as ``reasoning_effort`` to a reasoning model; None: not sent.
         service_tier: Sent as ``service_tier`` unless a request names its own; None: not.
-        flex_fallback: The tier a ``flex`` request is sent on once more after a 498.
+        flex_fallback: The tier a ``flex`` request is sent on once more after a 498;
+            ``light``: raise :class:`FlexTierFull` for the run to send it to its light path.
         max_tools: The most tools a request may carry.
         input_tokens_per_minute: The account's input-token limit (ITPM), paced by.
         output_tokens_per_minute: Its output-token limit (OTPM), paced by.
@@ -233,6 +235,10 @@ class OpenAICompatibleModel:
             tier = request.service_tier or self._fixed.get("service_tier")
             if exc.status != 498 or tier != "flex" or self._flex_fallback is None:
                 raise
+            if self._flex_fallback == "light":  # the run sends it to its light path
+                full = FlexTierFull(exc.code, str(exc), retryable=True, status=498)
+                full.attempts = exc.attempts
+                raise full from exc
             log.warning(
                 "the flex tier is full (498) after %d attempt(s): sent once more on %s",
                 exc.attempts,

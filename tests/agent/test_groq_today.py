@@ -15,7 +15,14 @@ import yaml
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from tests.support.stack import eventually, run_events, sidecar, sidecar_config, simulator
+from tests.support.stack import (
+    SimControl,
+    eventually,
+    run_events,
+    sidecar,
+    sidecar_config,
+    simulator,
+)
 
 
 def _write(tmp_path: Path, config: dict[str, Any], name: str = "sidecar.yaml") -> Path:
@@ -152,3 +159,43 @@ async def test_a_reload_naming_an_unserved_model_is_refused_and_the_sidecar_keep
     [line] = [x for x in log.read_text().splitlines() if "not reloaded (SIGHUP)" in x]
     assert "qwen/qwen3-32b, which the model endpoint does not serve" in line
     assert "replaced by qwen/qwen3.6-27b" in line
+
+
+async def test_a_full_flex_tier_sends_the_step_to_the_light_path_model(tmp_path: Path) -> None:
+    light = {"model": {"model": "openai/gpt-oss-20b", "service_tier": "on_demand"}}
+    profiles = {"default": {"light": light}, "heavy": {}}
+    with simulator() as sim:
+        config = sidecar_config(sim, [], profiles=profiles)
+        config["model"].update(model="openai/gpt-oss-120b", service_tier="flex")
+        config["model"]["flex_fallback"] = "light"
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                await SimControl(sim.address).flex_full(True)
+                _, fell_back = await run_events(client, "hello there")
+                _, failed = await run_events(client, "hello there", profile="heavy")
+                await SimControl(sim.address).flex_full(False)
+                _, flex = await run_events(client, "hello there")
+    assert fell_back.stop_reason == agent_pb2.STOP_REASON_ANSWERED, fell_back.error
+    full, answered = _model_calls(fell_back)
+    assert (full.name, full.model_call.error_code) == ("openai/gpt-oss-120b", "model_unavailable")
+    assert full.model_call.attempts == 3
+    assert (answered.name, answered.model_call.service_tier) == ("openai/gpt-oss-20b", "on_demand")
+    # Priced call by call: only the light model's tokens were spent.
+    parts = {m.model: m.total_usd for m in fell_back.cost.models}
+    assert parts.keys() == {"openai/gpt-oss-120b", "openai/gpt-oss-20b"}
+    assert parts["openai/gpt-oss-120b"] == 0 < parts["openai/gpt-oss-20b"]
+    # A profile with no light variant fails as before; once flex has room, it answers.
+    assert failed.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
+    assert failed.error.code == "model_unavailable"
+    [call] = _model_calls(flex)
+    assert (call.name, call.model_call.service_tier) == ("openai/gpt-oss-120b", "flex")
+
+
+def test_a_light_path_on_the_flex_tier_it_falls_back_from_is_refused(tmp_path: Path) -> None:
+    config = {
+        "model": {"service_tier": "flex", "flex_fallback": "light"},
+        "profiles": {"default": {"light": {"model": {"model": "openai/gpt-oss-20b"}}}},
+    }
+    done = _command("check", "--offline", "--config", str(_write(tmp_path, config)))
+    assert done.returncode == 2
+    assert "profiles.default.light.model would be sent on the flex tier" in done.stdout
