@@ -1317,6 +1317,8 @@ class QuotaConfig(_Strict):
     daily_tokens: int | None = Field(None, ge=1)
     """Tokens its runs may use in a day (UTC) on models the price table has no price for;
     as ``daily_cost``."""
+    mcp_sessions: int | None = Field(None, ge=1, le=100_000)
+    """Sessions it may hold open on the MCP endpoint; unset: ``mcp.sessions.max_per_principal``."""
 
     @property
     def daily(self) -> bool:
@@ -1441,6 +1443,22 @@ class McpTasksConfig(_Strict):
         return self
 
 
+class McpSessionsConfig(_Strict):
+    """The Streamable HTTP endpoint's sessions (the 2025 revisions' ``Mcp-Session-Id``;
+    2026-07-28 has none): how many, and for how long (``docs/mcp.md``)."""
+
+    max_per_principal: int = Field(32, ge=1, le=100_000)
+    """Sessions one principal may hold open (a principal's ``quota.mcp_sessions`` says
+    otherwise); one more is refused 429 with ``Retry-After``."""
+    max_sessions: int = Field(1024, ge=1, le=100_000)
+    """Sessions the process holds open. When full, a principal holding fewer than the
+    biggest holder takes that holder's least recently used idle session (closed; its host
+    opens another); when none can give one up, 503."""
+    idle_timeout: float = Field(300.0, gt=0, le=86_400)
+    """Seconds a session may go with no request in flight (an open GET stream counts)
+    before it is closed; its host then gets 404 and opens another, as MCP says."""
+
+
 class McpEndpointConfig(_Strict):
     """The sidecar as an MCP server: the tools a profile allows, for MCP hosts, over
     Streamable HTTP (both revisions) and ``agent-sidecar mcp-stdio``. Its callers are the
@@ -1468,6 +1486,8 @@ class McpEndpointConfig(_Strict):
     caller's (the whole loop, its model calls and tools), for hosts that delegate a task."""
     tasks: McpTasksConfig = McpTasksConfig()
     """Tools run as tasks for hosts that declare MCP's tasks extension (2026-07-28)."""
+    sessions: McpSessionsConfig = McpSessionsConfig()
+    """Bounds of the sessions hosts on the 2025 revisions open."""
     request_state_key_env: str | None = Field(None, pattern=_ENV_NAME)
     """Environment variable holding the secret (32 bytes or more) that seals the
     ``requestState`` of a multi-round call (an approval, a bridged server's questions) on

@@ -7,8 +7,9 @@
   a rebound DNS name cannot reach a local endpoint.
 - **Credentials**: with ``auth.principals`` a request without a bearer token or a client
   certificate (its SAN) naming a principal is refused 401 (``WWW-Authenticate: Bearer``)
-  and recorded as ``auth_failed``; the principal rides the request to the handlers. The
-  principals are those of the configuration applied now, as on the gRPC port.
+  and recorded as ``auth_failed``; the principal rides the request to the handlers, and
+  is its ASGI ``user``, which the SDK binds a 2025 session to. The principals are those of
+  the configuration applied now, as on the gRPC port.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 
 from agentsidecar.addresses import is_loopback
 from sidecar.errors import Unauthenticated
@@ -25,7 +28,7 @@ from sidecar.security.audit import AuditLog
 from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
 from sidecar.security.peers import PeerCertificates
 
-__all__ = ["PRINCIPAL", "Guard"]
+__all__ = ["PRINCIPAL", "Guard", "refuse"]
 
 PRINCIPAL = "agent_sidecar_principal"
 """Where the guard leaves the request's principal, in the ASGI scope's ``state``."""
@@ -68,6 +71,7 @@ class Guard:
         self._origins = frozenset(o.rstrip("/") for o in allowed_origins)
         self._loopback = loopback
         self._peers = peers
+        self._users: dict[str, AuthenticatedUser] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,10 +80,10 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin):
-            await _refuse(send, 403, "the request's Origin is not allowed")
+            await refuse(send, 403, "the request's Origin is not allowed")
             return
         if self._loopback and not is_loopback(_host_of(headers.get("host", ""))):
-            await _refuse(send, 421, "the Host header must name this loopback endpoint")
+            await refuse(send, 421, "the Host header must name this loopback endpoint")
             return
         try:
             principal = self._principal(headers, scope)
@@ -88,10 +92,22 @@ class Guard:
                 client = scope.get("client")
                 peer = f"{client[0]}:{client[1]}" if client else ""
                 self._audit.record("auth_failed", "", method="mcp", peer=peer, message=exc.message)
-            await _refuse(send, 401, exc.message, {"www-authenticate": "Bearer"})
+            await refuse(send, 401, exc.message, {"www-authenticate": "Bearer"})
             return
         scope.setdefault("state", {})[PRINCIPAL] = principal
+        # The SDK binds a 2025 session to its opener's ``user``: another principal's
+        # request on it is answered 404.
+        scope["user"] = self._user(principal)
         await self._app(scope, receive, send)
+
+    def _user(self, principal: Principal) -> AuthenticatedUser:
+        user = self._users.get(principal.name)
+        if user is None:
+            if len(self._users) > 4096:  # principals a reload removed
+                self._users.clear()
+            token = AccessToken(token="", client_id=principal.name, scopes=[])
+            user = self._users[principal.name] = AuthenticatedUser(token)
+        return user
 
     def _origin_allowed(self, origin: str) -> bool:
         parts = urlsplit(origin)
@@ -109,9 +125,10 @@ class Guard:
         return authenticator.authenticate(metadata, peer)
 
 
-async def _refuse(
+async def refuse(
     send: Send, status: int, message: str, extra: dict[str, str] | None = None
 ) -> None:
+    """Answer with a JSON-RPC error body (no request id) and ``status``."""
     body = orjson.dumps(
         {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
     )

@@ -22,13 +22,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.routing import Route
 
 from agentsidecar.addresses import is_loopback
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError
 from sidecar.mcp_server.guard import PRINCIPAL, Guard
 from sidecar.mcp_server.handlers import build_server, state_key, task_board
+from sidecar.mcp_server.sessions import BoundedSessions, SessionIdFilter
 from sidecar.security.identity import ANONYMOUS, Principal
 from sidecar.security.peers import PeerCertificates
 from sidecar.telemetry import own_version
@@ -66,6 +70,7 @@ class McpFront:
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._tasks = task_board(runtime.config.mcp)
+        self.sessions: BoundedSessions | None = None
         self.port = 0
 
     @property
@@ -92,13 +97,26 @@ class McpFront:
             state_key=state_key(mcp),
             tasks=self._tasks,
         )
-        app = server.streamable_http_app(
-            streamable_http_path=mcp.path,
+        SessionIdFilter.install()
+
+        def quota(name: str) -> int | None:
+            principal = runtime.snapshot.authenticator.principal(name)
+            return principal.quota.mcp_sessions if principal is not None else None
+
+        sessions = BoundedSessions(
+            server,
+            mcp.sessions,
+            quota=quota,
+            on_count=runtime.telemetry.mcp_sessions,
             max_request_body_size=mcp.max_body_bytes,
-            host=mcp.host,
             # The guard checks Host and Origin with the configured allow-list; the SDK's own
             # check on a loopback bind would refuse every origin but loopback's.
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.sessions = sessions
+        app = Starlette(
+            routes=[Route(mcp.path, endpoint=StreamableHTTPASGIApp(sessions))],
+            lifespan=lambda _: sessions.run(),
         )
         peers = PeerCertificates()
         guarded = Guard(

@@ -144,6 +144,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.variant_state(profile, variant, in_rotation)
 
+    def mcp_sessions(self, principal: str, count: int) -> None:
+        if self.metrics is not None:
+            self.metrics.mcp_sessions.labels(principal).set(count)
+
     def unknown_tools(self, profile: str, count: int) -> None:
         if self.metrics is not None:
             self.metrics.unknown_tools.labels(profile).set(count)

@@ -406,6 +406,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.mcp_sessions = Gauge(
+            "agent_sidecar_mcp_sessions",
+            "Sessions a principal holds open on the MCP endpoint (2025 revisions); the "
+            "anonymous caller's principal label is empty.",
+            ["principal"],
+            registry=r,
+        )
         self.unknown_tools = Gauge(
             "agent_sidecar_profile_unknown_tools",
             "Names in a profile's tools list that no discovered tool server offers.",
