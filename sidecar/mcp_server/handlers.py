@@ -12,7 +12,9 @@ answers by sending the call again. A bridged MCP server of 2026-07-28 that asks 
 input-required result) is relayed the same way, its questions and state passed through:
 the host's next round goes on to the server with the answers. The state the host echoes
 is sealed (:class:`~mcp.server.request_state.RequestStateBoundary`: encrypted, bound to
-the call, its arguments and the principal, expiring), and carries the approval given.
+the call, its arguments and the principal, expiring), carries the approval given, and is
+taken once (an accepted approval sent again runs nothing again); an approval counts only
+as the answer to the endpoint's own question.
 A running tool's question reaches the host as a request of the server's own on the 2025
 revisions, and as a task's question (:mod:`sidecar.mcp_server.tasks`) on 2026-07-28 for a
 tool run as a task; otherwise it is declined. Progress reports go to a host that sent a
@@ -25,10 +27,14 @@ checked them at the door; they are read again per request, as the gRPC front doe
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
+import secrets
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -61,6 +67,8 @@ log = logging.getLogger(__name__)
 _APPROVAL = "approve"
 """The key of the approval question in an input-required result."""
 _MODERN = "2026-07-28"
+_STATE_TTL = 600.0
+"""Seconds a host has to answer a round, beyond ``mcp.call_timeout``."""
 _CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 _OK = frozenset({ToolCallStatus.OK, ToolCallStatus.CACHED})
 
@@ -105,22 +113,66 @@ class _TaskParams(types.RequestParams):
     input_responses: dict[str, Any] | None = None
 
 
-def _state_of(text: str | None) -> tuple[bool, str | None]:
-    """The endpoint's own ``requestState`` (already unsealed): approved, the server's."""
-    if not text:
-        return False, None
-    try:
-        state = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState") from None
-    if not isinstance(state, dict):
-        raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
-    inner = state.get("s")
-    return state.get("a") is True, inner if isinstance(inner, str) else None
+_INVALID_STATE = "Invalid or expired requestState"
 
 
-def _state(approved: bool, inner: str | None) -> str:
-    return orjson.dumps({"a": approved, "s": inner}).decode()
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """What the endpoint's own ``requestState`` (already unsealed) says of the round
+    before: the approval given, whether this endpoint asked for it, the server's state."""
+
+    approved: bool = False
+    asked_approval: bool = False
+    inner: str | None = None
+
+
+class _Rounds:
+    """The rounds the endpoint opened (each ``requestState`` it sent names one) and no
+    host has answered yet: a state is taken once, so an accepted approval sent again
+    runs nothing again. Process-local: replicas sharing ``mcp.request_state_key_env``
+    each take a state once."""
+
+    def __init__(self, ttl: float, limit: int = 65_536) -> None:
+        self._ttl = ttl
+        self._limit = limit
+        self._open: collections.OrderedDict[str, float] = collections.OrderedDict()
+
+    def state(self, round_: _Round) -> str:
+        """The ``requestState`` of a new round."""
+        now = time.monotonic()
+        while self._open and (
+            next(iter(self._open.values())) <= now or len(self._open) >= self._limit
+        ):
+            self._open.popitem(last=False)  # expired (they expire in order), or too many
+        nonce = secrets.token_urlsafe(16)
+        self._open[nonce] = now + self._ttl
+        state = {"a": round_.approved, "q": round_.asked_approval, "s": round_.inner, "n": nonce}
+        return orjson.dumps(state).decode()
+
+    def take(self, text: str | None) -> _Round:
+        """The round ``text`` answers, taken; no state: a first round.
+
+        Raises:
+            MCPError: the state is not one this endpoint sent, or was answered already.
+        """
+        if not text:
+            return _Round()
+        try:
+            state = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise MCPError(types.INVALID_PARAMS, _INVALID_STATE) from None
+        if not isinstance(state, dict):
+            raise MCPError(types.INVALID_PARAMS, _INVALID_STATE)
+        nonce = state.get("n")
+        expiry = self._open.pop(nonce, None) if isinstance(nonce, str) else None
+        if expiry is None or expiry <= time.monotonic():
+            raise MCPError(types.INVALID_PARAMS, _INVALID_STATE)
+        inner = state.get("s")
+        return _Round(
+            approved=state.get("a") is True,
+            asked_approval=state.get("q") is True,
+            inner=inner if isinstance(inner, str) else None,
+        )
 
 
 def _elicitation(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +246,7 @@ def build_server(
     task_tools = config.tasks.tools
     agent_tool = AgentTool(agent, profile) if config.agent_tool else None
     pending: set[asyncio.Task[None]] = set()
+    rounds = _Rounds(ttl=_STATE_TTL + config.call_timeout)
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> Any:
         principal = principal_of(ctx)
@@ -290,17 +343,20 @@ def build_server(
         approve = ask = None
         relay = None
         if modern:
-            approved, inner = _state_of(params.request_state)
+            before = rounds.take(params.request_state)
+            inner = before.inner
             responses = dict(params.input_responses or {})
-            answered = responses.pop(_APPROVAL, None)
-            approved = approved or getattr(answered, "action", None) == "accept"
+            # An approval counts only as the answer to this endpoint's question.
+            answered = responses.pop(_APPROVAL, None) if before.asked_approval else None
+            approved = before.approved or getattr(answered, "action", None) == "accept"
             required = _needs_approval(agent, params.name)
             if required is not None and not approved and answered is None:
                 if not elicits:
                     return _denied(params.name, "the host cannot approve it (no elicitation)")
                 request = types.ElicitRequest(params=_approval_question(required, arguments))
                 return types.InputRequiredResult(
-                    input_requests={_APPROVAL: request}, request_state=_state(False, inner)
+                    input_requests={_APPROVAL: request},
+                    request_state=rounds.state(_Round(asked_approval=True, inner=inner)),
                 )
 
             async def approve_modern(tool: CatalogTool, text: str) -> bool:
@@ -333,7 +389,7 @@ def build_server(
             _check_declared(ctx, asked)
             return types.InputRequiredResult(
                 input_requests=asked.input_requests,
-                request_state=_state(approved, asked.request_state),
+                request_state=rounds.state(_Round(approved, inner=asked.request_state)),
             )
         return result
 
@@ -372,7 +428,7 @@ def build_server(
         server.extensions[EXTENSION] = {}
     security = RequestStateSecurity(
         keys=[state_key if state_key is not None else os.urandom(32)],
-        ttl=config.call_timeout + 600,
+        ttl=config.call_timeout + _STATE_TTL,
         bind_principal=lambda ctx: principal_of(ctx).name,
     )
     server.middleware.append(RequestStateBoundary(security, default_audience="agent-sidecar"))

@@ -413,3 +413,41 @@ async def test_mcp_stdio_serves_a_desktop_host(
         result = await client.call_tool("echo", {"text": "from a desktop"})
     assert "agent" not in names and "get_order_status" in names
     assert result.content[0].text == "echo: from a desktop"
+
+
+async def test_a_2026_approval_answers_only_the_endpoints_question_and_is_taken_once(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, audit, _ = stack
+    accept = {"approve": types.ElicitResult(action="accept", content={})}
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:  # declared, never called
+        return types.ElicitResult(action="decline")
+
+    def runs() -> int:
+        lines = [json.loads(x) for x in audit.read_text().splitlines()]
+        return sum(1 for r in lines if r["event"] == "tool_call" and r["tool"] == "mixed")
+
+    before = runs()
+    async with _client(url, elicitation_callback=elicit) as client:
+        # An answer to a question the endpoint never asked: it asks.
+        unasked = await client.session.call_tool(
+            "mixed", {}, input_responses=accept, allow_input_required=True
+        )
+        assert isinstance(unasked, types.InputRequiredResult)
+        assert list(unasked.input_requests) == ["approve"]
+        assert runs() == before
+        state = unasked.request_state
+        ran = await client.session.call_tool(
+            "mixed", {}, input_responses=accept, request_state=state
+        )
+        replays = []
+        for _ in range(2):
+            with pytest.raises(MCPError) as replayed:
+                await client.session.call_tool(
+                    "mixed", {}, input_responses=accept, request_state=state
+                )
+            replays.append(replayed.value)
+    assert not ran.is_error
+    assert all(e.code == types.INVALID_PARAMS and "requestState" in e.message for e in replays)
+    assert runs() == before + 1
