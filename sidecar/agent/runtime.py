@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -205,6 +205,10 @@ class Runtime:
         self.metrics_port: int | None = None
         self.is_ready = False
         """Every tool server discovered, or its discovery timed out."""
+        self.became_ready = asyncio.Event()
+        """Set once :attr:`is_ready`: what a front that must not answer before the tools
+        are known waits for."""
+        self._catalog_listeners: list[Callable[[], None]] = []
         self._unknown_tools: dict[str, frozenset[str]] = {}
         self._over_cap: dict[str, int] = {}  # tools each profile allows, when logged
 
@@ -324,6 +328,12 @@ class Runtime:
         await asyncio.gather(*(discovered(c) for c in self.connections.values()))
         self.is_ready = True
         self._check_profile_tools()
+        self.became_ready.set()
+
+    def on_catalog_change(self, listener: Callable[[], None]) -> None:
+        """Have ``listener`` told after each change of the tool catalog once ready (a
+        server discovered again, an MCP server's ``list_changed``)."""
+        self._catalog_listeners.append(listener)
 
     async def close(self) -> None:
         """Release everything: runs still storing their turns get 5 s first."""
@@ -448,6 +458,8 @@ class Runtime:
     def _catalog_changed(self) -> None:
         if self.is_ready:
             self._check_profile_tools()
+            for listener in self._catalog_listeners:
+                listener()
 
     def _check_profile_tools(self) -> None:
         """Warn about (and count) names in profiles' tool lists that no tool server

@@ -33,13 +33,14 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 import orjson
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 
@@ -48,6 +49,7 @@ from sidecar.agent.direct import CallerChannel
 from sidecar.config import McpEndpointConfig
 from sidecar.errors import Draining, PermissionDenied, ProfileNotFound, StartupError
 from sidecar.mcp_server.agent_tool import AGENT_TOOL, AgentTool
+from sidecar.mcp_server.changes import ToolListChanges
 from sidecar.mcp_server.tasks import (
     EXTENSION,
     EndpointTask,
@@ -199,6 +201,23 @@ def _approval_question(tool: CatalogTool, arguments: str) -> types.ElicitRequest
     )
 
 
+class _Server(Server[Any]):
+    """The SDK's server, declaring ``tools.listChanged`` to 2025 hosts (2026-07-28 hosts
+    learn it from ``subscriptions/listen`` being served)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 def state_key(config: McpEndpointConfig) -> bytes | None:
     """The secret of ``mcp.request_state_key_env``; None when none is configured.
 
@@ -235,12 +254,16 @@ def build_server(
     *,
     state_key: bytes | None,
     tasks: TaskBoard,
+    changes: ToolListChanges,
+    ready: Callable[[], Awaitable[object]] | None = None,
 ) -> Server[Any]:
     """The MCP server a front serves (over HTTP or stdio).
 
     Args:
         state_key: The secret sealing ``requestState``; None: one made now.
         tasks: Where tasks the server starts live.
+        changes: Where hosts are told the tool list changed.
+        ready: Awaited before a list or a call is answered: the tools are known.
     """
     profile = config.profile
     task_tools = config.tasks.tools
@@ -249,6 +272,14 @@ def build_server(
     rounds = _Rounds(ttl=_STATE_TTL + config.call_timeout)
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> Any:
+        if ready is not None:
+            await ready()  # never an empty list because discovery has not finished
+        if ctx.protocol_version != _MODERN:
+            request = getattr(ctx, "request", None)
+            changes.listed(
+                request.headers.get("mcp-session-id", "") if request is not None else "",
+                ctx.session,
+            )
         principal = principal_of(ctx)
         try:
             offered = agent.direct.tools(principal, profile)
@@ -320,6 +351,8 @@ def build_server(
         return tasks.start(principal.name, work)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        if ready is not None:
+            await ready()
         principal = principal_of(ctx)
         arguments = orjson.dumps(params.arguments or {}).decode()
         if agent_tool is not None and params.name == AGENT_TOOL.name:
@@ -406,12 +439,13 @@ def build_server(
 
         return handler
 
-    server: Server[Any] = Server(
+    server: Server[Any] = _Server(
         "agent-sidecar",
         version=version,
         instructions=f"The tools of the agent-sidecar profile {profile!r}.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_subscriptions_listen=changes.listen,
     )
     server.add_request_handler(
         "tasks/get", _TaskParams, task_method(lambda who, p: tasks.get(who, p.task_id))

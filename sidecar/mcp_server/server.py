@@ -30,6 +30,7 @@ from starlette.routing import Route
 from agentsidecar.addresses import is_loopback
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError
+from sidecar.mcp_server.changes import ToolListChanges
 from sidecar.mcp_server.guard import PRINCIPAL, Guard
 from sidecar.mcp_server.handlers import build_server, state_key, task_board
 from sidecar.mcp_server.sessions import BoundedSessions, SessionIdFilter
@@ -71,6 +72,7 @@ class McpFront:
         self._task: asyncio.Task[None] | None = None
         self._tasks = task_board(runtime.config.mcp)
         self.sessions: BoundedSessions | None = None
+        self._changes: ToolListChanges | None = None
         self.port = 0
 
     @property
@@ -89,6 +91,8 @@ class McpFront:
         config = runtime.config
         mcp = config.mcp
         assert mcp.port is not None
+        changes = self._changes = ToolListChanges(max_listeners=mcp.sessions.max_sessions)
+        runtime.on_catalog_change(changes.changed)
         server = build_server(
             runtime.agent,
             mcp,
@@ -96,6 +100,8 @@ class McpFront:
             own_version(),
             state_key=state_key(mcp),
             tasks=self._tasks,
+            changes=changes,
+            ready=runtime.became_ready.wait,
         )
         SessionIdFilter.install()
 
@@ -108,6 +114,7 @@ class McpFront:
             mcp.sessions,
             quota=quota,
             on_count=runtime.telemetry.mcp_sessions,
+            on_end=changes.forget,
             max_request_body_size=mcp.max_body_bytes,
             # The guard checks Host and Origin with the configured allow-list; the SDK's own
             # check on a loopback bind would refuse every origin but loopback's.
@@ -174,4 +181,6 @@ class McpFront:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._changes is not None:
+            await self._changes.close()
         await self._tasks.close()

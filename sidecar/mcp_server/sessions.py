@@ -85,6 +85,7 @@ class BoundedSessions(StreamableHTTPSessionManager):
         config: ``mcp.sessions``.
         quota: A principal's own session quota, by name; None: the default.
         on_count: Told each principal's open sessions as they change.
+        on_end: Told each session's id as it ends.
         kwargs: As the SDK's manager takes them.
     """
 
@@ -95,6 +96,7 @@ class BoundedSessions(StreamableHTTPSessionManager):
         *,
         quota: Callable[[str], int | None],
         on_count: SessionCount | None = None,
+        on_end: Callable[[str], None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -106,6 +108,7 @@ class BoundedSessions(StreamableHTTPSessionManager):
         self._config = config
         self._quota = quota
         self._on_count = on_count
+        self._on_end = on_end
         self._held: collections.Counter[str] = collections.Counter()
         # Each session's principal, least recently used first.
         self._owner_of: collections.OrderedDict[str, str] = collections.OrderedDict()
@@ -221,6 +224,8 @@ class BoundedSessions(StreamableHTTPSessionManager):
         owner = self._owner_of.pop(session_id, None)
         self._server_instances.pop(session_id, None)
         self._session_owners.pop(session_id, None)
+        if owner is not None and self._on_end is not None:
+            self._on_end(session_id)
         if owner is not None:
             self._held[owner] -= 1
             if self._held[owner] <= 0:

@@ -15,6 +15,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from sidecar.agent.runtime import Runtime
+from sidecar.mcp_server.changes import ToolListChanges
 from sidecar.mcp_server.handlers import build_server, state_key, task_board
 from sidecar.security.identity import Principal
 from sidecar.telemetry import own_version
@@ -30,6 +31,8 @@ async def serve_stdio(runtime: Runtime, principal: Principal) -> None:
 
     config = runtime.config.mcp
     tasks = task_board(config)
+    changes = ToolListChanges(max_listeners=config.sessions.max_sessions)
+    runtime.on_catalog_change(changes.changed)
     server = build_server(
         runtime.agent,
         config,
@@ -37,10 +40,13 @@ async def serve_stdio(runtime: Runtime, principal: Principal) -> None:
         own_version(),
         state_key=state_key(config),
         tasks=tasks,
+        changes=changes,
+        ready=runtime.became_ready.wait,
     )
-    options = server.create_initialization_options(NotificationOptions())
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     try:
         async with stdio_server() as (read, write):
             await server.run(read, write, options)
     finally:
+        await changes.close()
         await tasks.close()

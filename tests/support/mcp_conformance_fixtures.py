@@ -106,6 +106,8 @@ TOOLS = [
     _tool("protocol_error_job"),
     _tool("confirm_delete"),
     _tool("multi_input"),
+    # The suite's hook to change the tool list: the endpoint must tell its listeners.
+    _tool("test_trigger_tool_change"),
 ]
 
 _NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -258,11 +260,17 @@ def build_2026() -> Server[Any]:
 
 
 def build() -> Server[Any]:
+    tools = list(TOOLS)
+
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
+        if name == "test_trigger_tool_change":
+            tools.append(_tool(f"test_added_tool_{len(tools)}"))
+            await ctx.session.send_tool_list_changed()
+            return _text("the tool list changed")
         if name == "test_simple_text":
             return _text("This is a simple text response for testing.")
         if name == "test_error_handling":
@@ -315,7 +323,7 @@ def build() -> Server[Any]:
 
 async def main() -> None:
     server = build_2026() if sys.argv[1:] == ["--set", "2026"] else build()
-    options = server.create_initialization_options(NotificationOptions())
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write):
         await server.run(read, write, options)
 
