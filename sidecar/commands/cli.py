@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -300,7 +299,7 @@ def _recording_source(args: argparse.Namespace) -> str:
 def _record_export(args: argparse.Namespace) -> int:
     from sidecar.commands.recordings import parse_time
     from sidecar.errors import ConfigError, RecordingError
-    from sidecar.recording.files import TurnFilter, export
+    from sidecar.recording.files import TurnFilter, export, export_to
 
     try:
         source = _recording_source(args)
@@ -312,13 +311,12 @@ def _record_export(args: argparse.Namespace) -> int:
             until=parse_time(args.until) if args.until else None,
             shadows=args.shadows,
         )
-        out = Path(args.output) if args.output else None
-        count = 0
-        with (
-            out.open("wb") if out is not None else contextlib.nullcontext(sys.stdout.buffer) as sink
-        ):
-            for line in export(source, keep, leave_out=out):
-                sink.write(line)
+        if args.output:
+            count = export_to(source, keep, Path(args.output))
+        else:
+            count = 0
+            for line in export(source, keep):
+                sys.stdout.buffer.write(line)
                 count += 1
     except (ConfigError, RecordingError, ValueError, OSError) as exc:
         print(f"agent-sidecar record export: {exc}", file=sys.stderr)

@@ -11,18 +11,21 @@ the turn is not recorded: a recording never fails a turn.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from io import FileIO
 from pathlib import Path
 
-from sidecar.recording.format import RecordedTurn, read_lines
+from sidecar.errors import RecordingError
+from sidecar.recording.format import RecordedTurn, read_lines, recording_files
 
-__all__ = ["RecordingFiles", "TurnFilter", "export"]
+__all__ = ["RecordingFiles", "TurnFilter", "export", "export_to"]
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +126,44 @@ class TurnFilter:
         )
 
 
-def export(
-    source: str | Path, keep: TurnFilter, *, leave_out: Path | None = None
-) -> Iterator[bytes]:
+def export(source: str | Path, keep: TurnFilter) -> Iterator[bytes]:
     """The lines of the turns at ``source`` (a file or a directory) that ``keep`` keeps,
-    as they were written; ``leave_out``: a file not to read (the export's own output).
+    as they were written.
 
     Raises:
         RecordingError: a line cannot be read as a recording.
     """
-    for line, turn in read_lines(source, leave_out=leave_out):
+    for line, turn in read_lines(source):
         if keep.keeps(turn):
             yield line
+
+
+def export_to(source: str | Path, keep: TurnFilter, out: Path) -> int:
+    """Write the export to ``out`` through a temporary file beside it, swapped in once
+    complete (a failed export leaves ``out`` as it was); return the turns written.
+
+    Raises:
+        RecordingError: ``out`` is (or links to) one of the recordings read, which the
+            export would empty; or a line cannot be read as a recording.
+        OSError: ``out`` cannot be written.
+    """
+    if out.exists():
+        for file in recording_files(Path(source)):
+            if os.path.samefile(file, out):
+                raise RecordingError(
+                    f"{out} is one of the recordings the export reads ({file}): writing it "
+                    "would empty it; write the export elsewhere"
+                )
+    handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    count = 0
+    try:
+        with os.fdopen(handle, "wb") as sink:
+            for line in export(source, keep):
+                sink.write(line)
+                count += 1
+        os.replace(temporary, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return count

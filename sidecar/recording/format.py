@@ -37,6 +37,7 @@ __all__ = [
     "cost_document",
     "read_lines",
     "read_turns",
+    "recording_files",
     "redacted",
     "usage_document",
 ]
@@ -312,7 +313,13 @@ def _checked(document: Any, where: str) -> RecordedTurn:
     return RecordedTurn(document, where)
 
 
-def _files(path: Path) -> list[Path]:
+def recording_files(path: Path) -> list[Path]:
+    """The files a recording path names: itself, or a directory's ``*.jsonl`` files in the
+    order of their names.
+
+    Raises:
+        RecordingError: there is nothing at ``path``.
+    """
     if path.is_dir():
         return sorted(path.glob("*.jsonl"))
     if path.exists():
@@ -320,20 +327,15 @@ def _files(path: Path) -> list[Path]:
     raise RecordingError(f"{path}: no such file or directory")
 
 
-def read_lines(
-    path: str | Path, *, leave_out: Path | None = None
-) -> Iterator[tuple[bytes, RecordedTurn]]:
+def read_lines(path: str | Path) -> Iterator[tuple[bytes, RecordedTurn]]:
     """Every turn of a recording file, or of every ``*.jsonl`` file of a directory (in
-    the order of their names, ``leave_out`` left out), with the line it was read from.
+    the order of their names), with the line it was read from.
 
     Raises:
         RecordingError: a file cannot be read, a line is not JSON or not a recording of
             a version this sidecar reads; the message names the file and line.
     """
-    skip = leave_out.resolve() if leave_out is not None else None
-    for file in _files(Path(path)):
-        if skip is not None and file.resolve() == skip:
-            continue
+    for file in recording_files(Path(path)):
         try:
             handle = file.open("rb")
         except OSError as exc:

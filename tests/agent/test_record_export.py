@@ -260,3 +260,42 @@ def test_a_replay_plot_is_written_as_a_png(recorded: Recorded, tmp_path: Path) -
     assert width >= 300 and height >= 300
     assert len(png) > 10_000
     assert png.endswith(b"IEND\xaeB`\x82")
+
+
+@pytest.mark.parametrize("how", ["itself", "a link", "a hard link"])
+def test_an_export_onto_a_recording_it_reads_is_refused_and_loses_nothing(
+    recorded: Recorded, tmp_path: Path, how: str
+) -> None:
+    [first, *_] = sorted(recorded.directory.glob("*.jsonl"))
+    before = first.read_bytes()
+    out = first
+    if how == "a link":
+        out = tmp_path / "export.jsonl"
+        out.symlink_to(first)
+    elif how == "a hard link":
+        out = tmp_path / "export.jsonl"
+        out.hardlink_to(first)
+    exported = _cli(
+        "record", "export", "--dir", str(recorded.directory), "-o", str(out), cwd=tmp_path
+    )
+    assert exported.returncode == 2
+    assert b"is one of the recordings the export reads" in exported.stderr
+    assert b"Traceback" not in exported.stderr
+    assert first.read_bytes() == before
+
+
+def test_a_failed_export_leaves_its_output_as_it_was(recorded: Recorded, tmp_path: Path) -> None:
+    out = tmp_path / "export.jsonl"
+    out.write_bytes(b"an earlier export\n")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "a.jsonl").write_bytes(next(iter(recorded.lines.values())) + b"not json\n")
+    exported = _cli("record", "export", "--dir", str(broken), "-o", str(out), cwd=tmp_path)
+    assert exported.returncode == 2 and b"not JSON" in exported.stderr
+    assert out.read_bytes() == b"an earlier export\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    done = _cli("record", "export", "--dir", str(recorded.directory), "-o", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(out.read_bytes().splitlines(keepends=True)) == sorted(
+        line for line in recorded.lines.values() if orjson.loads(line).get("shadow_of") is None
+    )
