@@ -39,7 +39,8 @@ from tests.support.stack import (
 PRICE = {"prompt": 1000.0, "completion": 1000.0}  # USD per million tokens
 BIG = "call big_read tag=b size=8000"  # two model calls; the second's prompt is large
 UNPRICED = "unpriced-model"
-TOKENS = {"pat": "pat-token-0001", "quinn": "quinn-token-0002"}
+TOKENS = {"pat": "pat-token-0001", "quinn": "quinn-token-0002", "ruth": "ruth-token-0003"}
+RUTHS_TOKENS = 1500
 PROFILES = {
     "default": {},
     "capped": {"cost": {"per_run": 1.0}},
@@ -47,17 +48,24 @@ PROFILES = {
         "variants": [{"name": "unpriced", "weight": 1, "model": {"model": UNPRICED}}],
         "cost": {"tokens_per_run": 1000},
     },
+    "unpriced": {"variants": [{"name": "unpriced", "weight": 1, "model": {"model": UNPRICED}}]},
 }
 
 
 def _principals(daily_cost: float) -> list[dict[str, Any]]:
-    """pat has no daily quota; quinn may spend ``daily_cost`` a day."""
+    """pat has no daily quota; quinn may spend ``daily_cost`` a day, ruth RUTHS_TOKENS
+    tokens of unpriced models."""
     return [
         {"name": "pat", "token_sha256": hashlib.sha256(TOKENS["pat"].encode()).hexdigest()},
         {
             "name": "quinn",
             "token_sha256": hashlib.sha256(TOKENS["quinn"].encode()).hexdigest(),
             "quota": {"daily_cost": daily_cost},
+        },
+        {
+            "name": "ruth",
+            "token_sha256": hashlib.sha256(TOKENS["ruth"].encode()).hexdigest(),
+            "quota": {"daily_tokens": RUTHS_TOKENS},
         },
     ]
 
@@ -145,6 +153,27 @@ async def test_a_principal_past_its_daily_cost_is_refused_with_a_quota_failure(
     async with AgentClient(stack["sidecar"].address, token=TOKENS["pat"]) as pat:
         session = await pat.create_session("default")
         assert (await pat.run(session.session_id, "hello", timeout=30)).result.steps == 1
+
+
+async def test_a_principal_past_its_daily_tokens_is_refused_whatever_its_runs_cost(
+    stack: dict[str, ServerProcess],
+) -> None:
+    # Tokens of a model with no price cost nothing: only the token count can stop them.
+    async with AgentClient(stack["sidecar"].address, token=TOKENS["ruth"]) as ruth:
+        session = await ruth.create_session("unpriced")
+        used, largest = 0, 0
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            for _ in range(40):
+                result = (await ruth.run(session.session_id, "hello", timeout=30)).result
+                assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+                assert not result.HasField("cost")
+                tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+                used, largest = used + tokens, max(largest, tokens)
+        assert RUTHS_TOKENS <= used <= RUTHS_TOKENS + largest
+        details = error_details(refused.value)
+        assert details.reason == "QUOTA_EXCEEDED" and details.metadata["quota"] == "daily_tokens"
+        metrics = await scrape(stack["sidecar"])
+        assert metrics.get("agent_sidecar_principal_daily_tokens", principal="ruth") == used
 
 
 async def test_replicas_sharing_a_store_count_one_day(

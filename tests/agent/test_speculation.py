@@ -61,6 +61,7 @@ def _config(sim: ServerProcess, tools: ServerProcess, audit: Path) -> dict[str, 
         profiles={
             "spec": {"speculation": SPECULATE},
             "writes": {"speculation": SPECULATE},
+            "reads": {"speculation": SPECULATE},
             "plain": {},
         },
         server={"port": 0, "grace_period": 2, "config_watch_interval": None},
@@ -188,6 +189,24 @@ async def test_a_tool_that_may_write_is_never_speculated(stack: dict[str, Any]) 
     (stage,) = _tool_stages(result)
     assert not stage.tool_call.speculated
     assert (await tool_stats(tools.address))["calls"]["flaky_write"] == calls + 1
+
+
+async def test_a_read_only_tool_that_is_not_idempotent_is_never_speculated(
+    stack: dict[str, Any],
+) -> None:
+    # A call the model never makes must be harmless to make: reading is not enough, a
+    # second call must change nothing either (stock is read-only, not idempotent).
+    side, tools = stack["sidecar"], stack["tools"]
+    async with AgentClient(side.address) as client:
+        await client.wait_ready(20)
+        for _ in range(8):
+            await _run(client, "reads", f"call stock sku={_tag('K')} ms=1")
+        await _learned(side, "reads")
+        calls = (await tool_stats(tools.address))["calls"]["stock"]
+        result = await _run(client, "reads", f"call stock sku={_tag('K')} ms=1")
+    (stage,) = _tool_stages(result)
+    assert stage.name == "stock" and not stage.tool_call.speculated
+    assert (await tool_stats(tools.address))["calls"]["stock"] == calls + 1
 
 
 async def test_a_profile_speculates_only_when_it_says_so(stack: dict[str, Any]) -> None:

@@ -245,6 +245,40 @@ async def test_on_an_exposed_port_a_reload_is_checked_as_start_checks_it(
             assert await _anonymous_refused(address, **tls)
 
 
+async def test_a_reload_that_leaves_server_alone_is_still_checked_for_exposure(
+    tmp_path: Path,
+) -> None:
+    # Bound beyond loopback in plaintext, anonymous by choice (server.insecure): adding a
+    # principal with a bearer token would send that token across the network in clear,
+    # which start refuses whatever insecure says; so must a reload that changes only auth.
+    with simulator() as sim, scripted_toolserver() as tools:
+        log = tmp_path / "stderr.log"
+        config = sidecar_config(
+            sim,
+            [{"name": "scripted", "address": tools.address}],
+            server={"port": 0, "host": "0.0.0.0", "insecure": True, "config_watch_interval": 0.05},
+        )
+        with (
+            log.open("wb") as stderr,
+            sidecar(config, tmp_path, stderr=stderr, ready=False) as side,
+        ):
+            address = f"127.0.0.1:{side.port}"
+            async with AgentClient(address) as anonymous:
+                await anonymous.wait_ready(30)
+                await anonymous.create_session()
+            path = _config_file(tmp_path)
+            _rewrite(
+                path,
+                lambda c: c.setdefault("auth", {}).update(
+                    principals=[{"name": "alice", "token_sha256": _sha(ALICE)}]
+                ),
+            )
+            await _log_has(log, "configuration not reloaded")
+            assert "their tokens would cross the network in plaintext" in log.read_text()
+            async with AgentClient(address) as anonymous:  # still as it was: not applied
+                await anonymous.create_session()
+
+
 async def test_a_file_caught_half_written_is_never_applied(tmp_path: Path) -> None:
     # A writer that truncates the file, pauses, writes half of it, pauses, and finishes,
     # again and again, while anonymous callers knock: none gets in, and every complete

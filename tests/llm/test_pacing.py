@@ -563,6 +563,35 @@ async def test_one_hostile_answer_holds_later_runs_back_only_up_to_the_ceiling(
     assert (await sim(fresh, "GET", "/stats"))["requests"] == 2
 
 
+@pytest.mark.parametrize(
+    "headers", [{"retry-after": "3600"}, {"retry-after-ms": "3600000"}], ids=["s", "ms"]
+)
+async def test_a_retry_waits_the_ceiling_at_most_whatever_the_answer_asks(
+    fresh: str, tmp_path: Path, headers: dict[str, str]
+) -> None:
+    # Without pacing nothing holds the retry in a queue: the ceiling alone keeps an hour's
+    # retry-after from outliving the run.
+    body = '{"error": {"message": "slow down"}}'
+    fault = {"kind": "raw", "status": 429, "body": body, "headers": headers}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{fresh}/sim/faults", json={"faults": [fault]}) as response,
+    ):
+        response.raise_for_status()
+    config = testing.sidecar_config(fresh, {})
+    config["model"].update(
+        max_rate_limit_wait=0.2, pacing=False, retry={"max_attempts": 2, "initial_backoff": 0.01}
+    )
+    with testing.sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client:
+            session = await client.create_session()
+            result = (await client.run(session.session_id, "hello", timeout=30)).result
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED, result.error
+    [call] = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_MODEL_CALL]
+    assert call.model_call.attempts == 2
+    assert call.duration.ToTimedelta().total_seconds() < 20  # not the hour it asked for
+
+
 def test_a_late_answer_from_an_older_window_does_not_make_the_new_one_look_whole() -> None:
     # Under load answers overtake each other: the answer to a request sent in the old
     # window (0 left, resetting at once) arrives after one sent in the new window told
