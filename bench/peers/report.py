@@ -535,11 +535,19 @@ def _tiering(results: dict[str, Any]) -> list[str]:
     out += [
         "",
         f"The tiered run makes one model call more (the small model's last step, whose "
-        f"text is dropped) and costs {cost_ratio:.1f}x less; its latency is the sum of its "
+        f"text is dropped) and costs {_as_much(cost_ratio)}; its latency is the sum of its "
         "calls' latencies, so it gains when the small model is faster by more than the "
-        "answer call it adds.",
+        "answer call it adds, and saves money only when the small model is cheaper by "
+        "more than the call it adds costs.",
     ]
     return out
+
+
+def _as_much(ratio: float) -> str:
+    """``ratio`` (one model's cost over the tiered one's) said the right way round."""
+    if ratio >= 1:
+        return f"{ratio:.2f}x less"
+    return f"{1 / ratio:.2f}x as much"
 
 
 _PARTS = {
