@@ -19,6 +19,7 @@ from tests.support.stack import (
     SimControl,
     eventually,
     run_events,
+    scripted_toolserver,
     sidecar,
     sidecar_config,
     simulator,
@@ -199,3 +200,29 @@ def test_a_light_path_on_the_flex_tier_it_falls_back_from_is_refused(tmp_path: P
     done = _command("check", "--offline", "--config", str(_write(tmp_path, config)))
     assert done.returncode == 2
     assert "profiles.default.light.model would be sent on the flex tier" in done.stdout
+
+
+async def test_discovered_tools_over_the_cap_are_refused_by_check_and_never_sent(
+    tmp_path: Path,
+) -> None:
+    # No tools list: what the profile allows is known once the tool server answers. check
+    # asks it and refuses; the sidecar says so when it is ready, and a run fails unsent.
+    log = tmp_path / "sidecar.log"
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(sim, [{"name": "scripted", "address": tools.address}])
+        config["model"]["max_tools_per_request"] = 3
+        checked = _command("check", "--config", str(_write(tmp_path, config, "check.yaml")))
+        with log.open("wb") as stderr, sidecar(config, tmp_path, stderr=stderr) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                before = (await SimControl(sim.address).stats())["requests"]
+                _, result = await run_events(client, "call slow_read tag=a ms=1")
+                after = (await SimControl(sim.address).stats())["requests"]
+    assert checked.returncode == 2, checked.stdout
+    assert "model.max_tools_per_request: 3" in checked.stdout
+    assert result.stop_reason == agent_pb2.STOP_REASON_MODEL_ERROR
+    assert result.error.code == "model_too_many_tools" and not result.error.retryable
+    assert after == before  # never sent
+    assert "more than one model request may carry (model.max_tools_per_request: 3)" in (
+        log.read_text()
+    )
