@@ -7,6 +7,7 @@ invalid file fails with a message naming the offending key.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import re
 from collections.abc import Mapping
@@ -1001,6 +1002,23 @@ class CacheConfig(_Strict):
 
 
 _CALLBACK_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.:-]{0,252}[A-Za-z0-9])?$")
+
+
+def _ip_literal(host: str) -> bool:
+    """An IP address as a URL or a person writes it: ``::1``, ``[::1]``,
+    ``::ffff:127.0.0.1``, ``fe80::1%lo`` (a zone), ``127.0.0.1``."""
+    if host.startswith("[") != host.endswith("]"):
+        return False
+    address, percent, zone = host.removeprefix("[").removesuffix("]").partition("%")
+    if percent and not zone:
+        return False
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
 _CALLBACK_RETRY = RetryPolicy(max_attempts=8, initial_backoff=1.0, max_backoff=300.0)
 """Callbacks' default: a receiver that is down for minutes still gets its delivery."""
 
@@ -1045,7 +1063,7 @@ class CallbackConfig(_Strict):
     @classmethod
     def _host_patterns(cls, hosts: list[str]) -> list[str]:
         for host in hosts:
-            if not _CALLBACK_HOST.fullmatch(host):
+            if not _CALLBACK_HOST.fullmatch(host) and not _ip_literal(host):
                 raise ValueError(f"{host!r} is not a host name, *.domain or an IP address")
         return hosts
 

@@ -23,6 +23,7 @@ it picks a status code::
     │   ├── CallbackNotAllowed    a run's callback URL is one the configuration refuses
     │   ├── BackgroundRunsDisabled  the sidecar serves no background runs
     │   ├── SessionExists         create: the id is taken
+    │   ├── RequestIdReused       a run's request id, sent again with another request
     │   ├── SessionBusy           another run holds the session (retryable)
     │   ├── ProfileRemoved        the session's profile is no longer configured
     │   ├── Draining              the sidecar is shutting down (retryable elsewhere)
@@ -77,6 +78,7 @@ __all__ = [
     "QuotaExceeded",
     "RecordingError",
     "RequestError",
+    "RequestIdReused",
     "ResourceExhausted",
     "RunNotFound",
     "RunQueueFull",
@@ -269,6 +271,18 @@ class SessionExists(RequestError):
         super().__init__(f"session {session_id!r} already exists")
         self.session_id = session_id
         self.resource = (_SESSION, session_id)
+
+
+class RequestIdReused(RequestError):
+    """A run was started under this request id already, with another request."""
+
+    def __init__(self, request_id: str, run_id: str) -> None:
+        super().__init__(
+            f"request_id {request_id[:80]!r} started run {run_id!r} with another input: a "
+            "retry sends the same request again; a new run needs a new request_id",
+            metadata={"run_id": run_id},
+        )
+        self.resource = ("agentsidecar.v1.Run", run_id)
 
 
 class SessionBusy(RequestError):

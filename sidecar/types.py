@@ -576,3 +576,8 @@ class RunRecord:
     cancel_requested: bool = False
     ordinal: int = 0
     """Its place in the order runs were started, store-wide (for paging)."""
+    request_id: str = ""
+    """The caller's key for the request that started it (``StartRunRequest.request_id``),
+    unique per principal while the run is kept; empty: none."""
+    message_id: str = ""
+    """The id the caller gave its input (an A2A ``messageId``), kept to show it back."""

@@ -374,3 +374,26 @@ def test_the_mcp_request_state_key_is_a_secret_to_redact() -> None:
     config = parse_config({"mcp": {"request_state_key_env": "SIDECAR_TEST_STATE_KEY"}})
     secrets = secret_environment(config, {"SIDECAR_TEST_STATE_KEY": "k" * 40, "OTHER": "x"})
     assert secrets == {"SIDECAR_TEST_STATE_KEY": "k" * 40}
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "::1",
+        "[::1]",
+        "::ffff:127.0.0.1",
+        "fe80::1%lo",
+        "2001:db8::8",
+        "10.0.0.1",
+        "*.hooks.example",
+    ],
+)
+def test_callback_hosts_take_names_and_every_form_of_an_ip_address(host: str) -> None:
+    config = parse_config({"background": {"callbacks": {"allowed_hosts": [host]}}})
+    assert config.background.callbacks.allowed_hosts == [host]
+
+
+@pytest.mark.parametrize("host", ["-bad", "a b", "[::1", "::1]", "*.", "fe80::1%"])
+def test_a_callback_host_that_is_neither_name_nor_address_is_refused(host: str) -> None:
+    with pytest.raises(ConfigError, match="allowed_hosts"):
+        parse_config({"background": {"callbacks": {"allowed_hosts": [host]}}})

@@ -50,6 +50,7 @@ from sidecar.errors import (
     ProfileRemoved,
     QuotaExceeded,
     RequestError,
+    RequestIdReused,
     ResourceExhausted,
     RunNotFound,
     RunQueueFull,
@@ -145,6 +146,7 @@ _REFUSALS: dict[type[RequestError], tuple[type[Refused], str]] = {
     SessionNotFound: (RefusedNotFound, "SESSION_NOT_FOUND"),
     ProfileNotFound: (RefusedNotFound, "PROFILE_NOT_FOUND"),
     SessionExists: (RefusedExists, "SESSION_EXISTS"),
+    RequestIdReused: (RefusedExists, "REQUEST_ID_REUSED"),
 }
 
 REASONS: dict[str, grpc.StatusCode] = {reason: cls.code for cls, reason in _REFUSALS.values()}

@@ -334,6 +334,7 @@ class TaskHandler(RequestHandler):
             callback_shape=shape,
             callback_token=token,
             callback_authorization=authorization,
+            message_id=message.message_id,
         )
         try:
             run = await start()

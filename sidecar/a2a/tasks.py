@@ -177,7 +177,7 @@ def task_of(
     if history_length is None or history_length > 0:
         task.history.append(
             a2a_pb2.Message(
-                message_id=f"{run.run_id}-input",
+                message_id=run.message_id or f"{run.run_id}-input",
                 context_id=context_id,
                 task_id=run.run_id,
                 role=a2a_pb2.ROLE_USER,

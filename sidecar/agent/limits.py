@@ -25,6 +25,7 @@ __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_VALUE",
     "MAX_REASON",
+    "MAX_REQUEST_ID",
     "capped",
     "check_id",
     "check_input",
@@ -37,6 +38,7 @@ __all__ = [
     "page_size_problems",
     "reason_problems",
     "refuse",
+    "request_id_problems",
 ]
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
@@ -70,6 +72,20 @@ def id_problems(value: str, field: str, *, required: bool = True) -> list[FieldV
     if (not value and not required) or ID_PATTERN.fullmatch(value):
         return []
     return [FieldViolation(field, _describe(value))]
+
+
+MAX_REQUEST_ID = 256
+"""The longest request id a caller may give (a UUID takes 36)."""
+
+
+def request_id_problems(value: str, field: str = "request_id") -> list[FieldViolation]:
+    """What is wrong with a caller's request id: empty (none) or at most
+    :data:`MAX_REQUEST_ID` characters, no control characters."""
+    if len(value) > MAX_REQUEST_ID:
+        return [FieldViolation(field, f"is {len(value)} characters long; at most {MAX_REQUEST_ID}")]
+    if _CONTROL.search(value):
+        return [FieldViolation(field, "may not hold control characters")]
+    return []
 
 
 def check_id(value: str, field: str, *, required: bool = True) -> None:

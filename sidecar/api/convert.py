@@ -263,6 +263,7 @@ def run(r: RunRecord, session_id: str, *, with_result: bool = False) -> agent_pb
         output_mode=agent_pb2.OUTPUT_MODE_STRUCTURED
         if r.structured
         else agent_pb2.OUTPUT_MODE_STREAMED,
+        request_id=r.request_id,
     )
     if with_result and r.result:
         message.result.ParseFromString(r.result)

@@ -308,6 +308,7 @@ class AgentServicer:
             request.input,
             structured=request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED,
             callback_url=request.callback.url,
+            request_id=request.request_id,
             problems=problems,
         )
         return agent_pb2.StartRunResponse(run=convert.run(run, request.session_id))

@@ -80,8 +80,10 @@ def url_problems(url: str, field: str = "callback.url") -> list[FieldViolation]:
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address ``host`` names (brackets and a zone left out; an IPv4-mapped IPv6
+    address as its IPv4 one), or None for a name."""
     try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
+        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]").split("%", 1)[0])
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:

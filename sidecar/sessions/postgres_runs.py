@@ -90,17 +90,25 @@ ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_shape text NOT NULL DEF
 ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_token text NOT NULL DEFAULT '';
 ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_auth bytea NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS agent_runs_by_principal ON agent_runs (principal, ordinal);
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS request_id text NOT NULL DEFAULT '';
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS message_id text NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX IF NOT EXISTS agent_runs_by_request ON agent_runs (principal, request_id)
+    WHERE request_id <> '';
 """
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token, callback_auth"
+    " callback_shape, callback_token, callback_auth, request_id, message_id"
 )
 _LIGHT = _COLUMNS.replace("result,", "''::bytea AS result,").replace(
     "checkpoint,", "''::bytea AS checkpoint,"
 )
 _NOT_EXPIRED = "(end_time = 0 OR end_time >= $2)"
+_STARTED = (
+    f"SELECT {_COLUMNS} FROM agent_runs WHERE principal = $1 AND request_id = $2"
+    " AND (end_time = 0 OR end_time >= $3)"
+)
 _OWNS = "SELECT 1 FROM agent_runs WHERE run_id = $1 AND owner = $2 AND attempts = $3 FOR UPDATE"
 _STORE = """
 UPDATE agent_runs SET update_time = $2, last_sequence = greatest(last_sequence, $3),
@@ -165,6 +173,8 @@ def _record(row: asyncpg.Record) -> RunRecord:
         callback_shape=row["callback_shape"],
         callback_token=row["callback_token"],
         callback_auth=bytes(row["callback_auth"]),
+        request_id=row["request_id"],
+        message_id=row["message_id"],
     )
 
 
@@ -269,9 +279,22 @@ class PostgresRunStore:
 
     # -- a new run --------------------------------------------------------------------
 
-    async def submit(self, run: RunRecord, *, owner: str | None, bounds: RunBounds) -> None:
+    async def submit(
+        self, run: RunRecord, *, owner: str | None, bounds: RunBounds
+    ) -> RunRecord | None:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
+            if run.request_id:
+                row = await conn.fetchrow(_STARTED, run.principal, run.request_id, self._expired())
+                if row is not None:
+                    return _record(row)
+                # An expired run of that key not swept yet gives its key up.
+                await conn.execute(
+                    "UPDATE agent_runs SET request_id = '' WHERE principal = $1"
+                    " AND request_id = $2",
+                    run.principal,
+                    run.request_id,
+                )
             active = f"SELECT count(*) FROM agent_runs WHERE state IN {_ACTIVE}"
             if await conn.fetchval(f"{active} AND session_id = $1", run.session_key):
                 raise SessionBusy(run.session_key)
@@ -287,10 +310,11 @@ class PostgresRunStore:
                 run.ordinal = await conn.fetchval(
                     "INSERT INTO agent_runs (run_id, session_id, principal, input, structured,"
                     " state, create_time, update_time, callback_url, callback_status, attempts,"
-                    " owner, lease_until, callback_shape, callback_token, callback_auth)"
+                    " owner, lease_until, callback_shape, callback_token, callback_auth,"
+                    " request_id, message_id)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
                     " CASE WHEN $12::text IS NULL THEN NULL"
-                    " ELSE now() + make_interval(secs => $13) END, $14, $15, $16)"
+                    " ELSE now() + make_interval(secs => $13) END, $14, $15, $16, $17, $18)"
                     " RETURNING ordinal",
                     run.run_id,
                     run.session_key,
@@ -308,12 +332,15 @@ class PostgresRunStore:
                     run.callback_shape,
                     run.callback_token,
                     run.callback_auth,
+                    run.request_id,
+                    run.message_id,
                 )
             except asyncpg.ForeignKeyViolationError:
                 raise SessionNotFound(run.session_key) from None
             if owner is None:
                 await _notify(conn, "q")
         run.attempts = 1 if owner else 0
+        return None
 
     # -- the owner's writes -----------------------------------------------------------
 

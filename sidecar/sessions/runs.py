@@ -119,9 +119,12 @@ class RunStore(Protocol):
         """Seconds an owner's hold on a run lasts without renewal; None: no leases."""
         ...
 
-    async def submit(self, run: RunRecord, *, owner: str | None, bounds: RunBounds) -> None:
+    async def submit(
+        self, run: RunRecord, *, owner: str | None, bounds: RunBounds
+    ) -> RunRecord | None:
         """Store a new run (``run.state`` SUBMITTED), owned by ``owner`` when it is about to
-        run there (its ``attempts`` is then 1), else by nobody.
+        run there (its ``attempts`` is then 1), else by nobody; or, when the principal's
+        kept runs hold one of ``run.request_id``, store nothing and return that one.
 
         Raises:
             RunQueueFull: ``bounds.total`` runs are active.
@@ -326,7 +329,19 @@ class MemoryRunStore:
             if h.record.state in ACTIVE_STATES and self._live(h.record.run_id)
         ]
 
-    async def submit(self, run: RunRecord, *, owner: str | None, bounds: RunBounds) -> None:
+    def _started(self, principal: str, request_id: str) -> RunRecord | None:
+        for held in list(self._runs.values()):
+            record = held.record
+            if (record.principal, record.request_id) == (principal, request_id):
+                if self._live(record.run_id):
+                    return replace(record, pending=list(record.pending))
+        return None
+
+    async def submit(
+        self, run: RunRecord, *, owner: str | None, bounds: RunBounds
+    ) -> RunRecord | None:
+        if run.request_id and (first := self._started(run.principal, run.request_id)):
+            return first
         if not self._sessions.has(run.session_key):
             raise SessionNotFound(run.session_key)
         active = self._active()
@@ -342,6 +357,7 @@ class MemoryRunStore:
         # are fenced by, as the SQL stores' submit does.
         run.ordinal, run.attempts = self._ordinal, 1 if owner else 0
         self._runs[run.run_id] = _Held(replace(run), owner)
+        return None
 
     async def get(self, run_id: str) -> RunRecord | None:
         held = self._live(run_id)

@@ -46,6 +46,7 @@ from sidecar.sessions.sqlite_db import transaction, upsert_turn
 from sidecar.sessions.sqlite_runs import (
     ACTIVE,
     RUNS_CALLBACK_SHAPE,
+    RUNS_REQUEST_ID,
     RUNS_SCHEMA,
     SqliteRunStore,
 )
@@ -55,7 +56,7 @@ from sidecar.types import Session, Turn
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
@@ -102,6 +103,7 @@ CREATE TABLE pending_turns (
     + RUNS_SCHEMA
     + _SPEND
     + RUNS_CALLBACK_SHAPE
+    + RUNS_REQUEST_ID
 )
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
@@ -127,6 +129,8 @@ DROP INDEX turns_by_session;
     3: _SPEND,
     # 4 → 5: what a run's completion callback delivers (an A2A task for A2A's pushes).
     4: RUNS_CALLBACK_SHAPE,
+    # 5 → 6: the caller's key of the request that started a run (StartRun, A2A messageId).
+    5: RUNS_REQUEST_ID,
 }
 
 

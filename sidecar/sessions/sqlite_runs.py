@@ -77,11 +77,18 @@ CREATE INDEX runs_by_principal ON runs (principal, ordinal);
 """
 """Schema 5: what a run's callback delivers, the token it carries back and the sealed
 credentials it presents; a principal's runs across its sessions, listed."""
+RUNS_REQUEST_ID = """
+ALTER TABLE runs ADD COLUMN request_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN message_id TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX runs_by_request ON runs (principal, request_id) WHERE request_id != '';
+"""
+"""Schema 6: the caller's key of the request that started a run, unique per principal,
+and the id it gave its input."""
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token, callback_auth"
+    " callback_shape, callback_token, callback_auth, request_id, message_id"
 )
 _LIGHT = _COLUMNS.replace("result,", "x'',").replace("checkpoint,", "x'',")
 """The columns of a listing: no result, no checkpoint."""
@@ -113,6 +120,8 @@ def _record(row: Sequence[Any]) -> RunRecord:
         callback_shape=row[21],
         callback_token=row[22],
         callback_auth=bytes(row[23]),
+        request_id=row[24],
+        message_id=row[25],
     )
 
 
@@ -150,6 +159,18 @@ class SqliteRunStore:
 
     async def get(self, run_id: str) -> RunRecord | None:
         return await self._sessions.execute(self._get_sync, run_id)
+
+    def _started_sync(self, principal: str, request_id: str) -> RunRecord | None:
+        row = (
+            self._db()
+            .execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE principal = ? AND request_id = ?"
+                " AND (end_time = 0 OR end_time >= ?)",
+                (principal, request_id, self._expired()),
+            )
+            .fetchone()
+        )
+        return _record(row) if row is not None else None
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         row = (
@@ -203,13 +224,27 @@ class SqliteRunStore:
 
     # -- a new run --------------------------------------------------------------------
 
-    async def submit(self, run: RunRecord, *, owner: str | None, bounds: RunBounds) -> None:
-        ordinal = await self._sessions.execute_write(self._submit_sync, run, owner, bounds)
-        run.ordinal = ordinal
+    async def submit(
+        self, run: RunRecord, *, owner: str | None, bounds: RunBounds
+    ) -> RunRecord | None:
+        stored = await self._sessions.execute_write(self._submit_sync, run, owner, bounds)
+        if isinstance(stored, RunRecord):
+            return stored
+        run.ordinal = stored
+        return None
 
-    def _submit_sync(self, run: RunRecord, owner: str | None, bounds: RunBounds) -> int:
+    def _submit_sync(self, run: RunRecord, owner: str | None, bounds: RunBounds) -> int | RunRecord:
         db = self._db()
         with transaction(db):
+            if run.request_id:
+                first = self._started_sync(run.principal, run.request_id)
+                if first is not None:
+                    return first
+                # An expired run of that key not swept yet gives its key up.
+                db.execute(
+                    "UPDATE runs SET request_id = '' WHERE principal = ? AND request_id = ?",
+                    (run.principal, run.request_id),
+                )
             active = f"SELECT count(*) FROM runs WHERE state IN {ACTIVE}"
             if db.execute(f"{active} AND session_id = ?", (run.session_key,)).fetchone()[0]:
                 raise SessionBusy(run.session_key)
@@ -225,8 +260,8 @@ class SqliteRunStore:
                 cursor = db.execute(
                     "INSERT INTO runs (run_id, session_id, principal, input, structured, state,"
                     " create_time, update_time, callback_url, callback_status, attempts, owner,"
-                    " callback_shape, callback_token, callback_auth)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " callback_shape, callback_token, callback_auth, request_id, message_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.run_id,
                         run.session_key,
@@ -243,6 +278,8 @@ class SqliteRunStore:
                         run.callback_shape,
                         run.callback_token,
                         run.callback_auth,
+                        run.request_id,
+                        run.message_id,
                     ),
                 )
             except sqlite3.IntegrityError:

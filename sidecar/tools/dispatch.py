@@ -139,6 +139,8 @@ class Prepared:
     outcome: ToolOutcome | None = None  # set when the call is settled without running
     arguments: dict[str, Any] | None = None  # parsed and validated
     sent_to: str | None = None  # the server it was sent to, once it was
+    sent_at: float = 0.0  # when (the scope's clock), for the record of a call cut off
+    tries: _Tries | None = None  # its attempts, counted as they are made
 
 
 class _Tries:
@@ -390,7 +392,7 @@ class Dispatcher:
         )
         if scope.before_dispatch is not None:
             await scope.before_dispatch(scope.step, call, tool)
-        item.sent_to = connection.name
+        item.sent_to, item.sent_at, item.tries = connection.name, start, attempt.tries
         try:
             result = await attempt.run()
         except BreakerOpenError:
@@ -665,6 +667,10 @@ def _report_cut_off(scope: StepScope, item: Prepared) -> None:
     if scope.on_finished is None and scope.sink is None:
         return
     outcome = cancelled(item.call, "cut off: the run ended before the call did", scope)
+    # It ran from when it was sent until now, in as many attempts as were made.
+    outcome.start = item.sent_at
+    outcome.duration = max(0.0, scope.clock.now() - item.sent_at)
+    outcome.attempts = max(1, item.tries.count if item.tries is not None else 1)
     if scope.sink is not None:
         scope.sink.tool_call_finished(scope.step, outcome)
     if scope.on_finished is not None:

@@ -81,6 +81,21 @@ async def test_a_blocking_message_answers_with_the_completed_task(
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_tasks_history_keeps_the_callers_message_id(
+    card: a2a_pb2.AgentCard, binding: str
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as client:
+        sent = user_message("two reads")
+        (first,) = await collect(client.send_message(sent))
+        follow = user_message("two reads", context_id=first.task.context_id)
+        (second,) = await collect(client.send_message(follow))
+        found = await client.get_task(a2a_pb2.GetTaskRequest(id=first.task.id))
+    assert [m.message_id for m in first.task.history] == [sent.message.message_id]
+    assert [m.message_id for m in found.history] == [sent.message.message_id]
+    assert [m.message_id for m in second.task.history] == [follow.message.message_id]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
 async def test_a_streamed_message_streams_tool_progress_and_the_answer(
     card: a2a_pb2.AgentCard, binding: str
 ) -> None:

@@ -315,6 +315,35 @@ async def test_runs_queued_before_the_daily_quota_was_spent_fail_with_its_error(
             assert (await state_becomes(bob, run.run_id, COMPLETED)).result.tool_calls == 2
 
 
+@pytest.mark.parametrize(
+    ("allowed", "host"),
+    [("::1", "::1"), ("[::1]", "::1"), ("::ffff:127.0.0.1", "::ffff:127.0.0.1")],
+)
+async def test_a_callback_to_an_allowed_ipv6_address_is_delivered(
+    start: Start, allowed: str, host: str
+) -> None:
+    callbacks = {
+        "allowed_hosts": [allowed],
+        "allow_private_networks": True,
+        "allow_http": True,
+        "secret_env": "CALLBACK_SECRET",
+    }
+    async with (
+        receiver(host=host) as hook,
+        start({"callbacks": callbacks}) as side,
+        AgentClient(side.address) as client,
+    ):
+        await client.wait_ready(20)
+        session = (await client.create_session()).session_id
+        run = await client.start_run(session, "two reads", callback_url=hook.url)
+        (delivery,) = await hook.wait(1)
+        assert delivery.headers["webhook-id"] == run.run_id
+        # Another address is still refused, however it is written.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.start_run(session, "two reads", callback_url="http://[::2]:9/hook")
+        assert error_details(refused.value).reason == "CALLBACK_NOT_ALLOWED"
+
+
 async def test_a_whsec_secret_signs_callbacks_a_standard_webhooks_receiver_accepts(
     start: Start,
 ) -> None:

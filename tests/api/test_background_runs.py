@@ -5,7 +5,9 @@ its reason while the sidecar keeps serving."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,6 +105,34 @@ async def test_a_run_returns_at_once_and_its_events_and_result_are_stored(
     # The run is the session's turn, under the same id.
     turns = (await client.get_session(session_id)).turns
     assert [(t.run_id, t.answer) for t in turns] == [(run.run_id, done.result.answer)]
+
+
+async def test_a_request_sent_again_returns_the_run_it_started(
+    client: AgentClient, session_id: str
+) -> None:
+    key = uuid.uuid4().hex
+    first = await client.start_run(session_id, "two reads", request_id=key)
+    again = await client.start_run(session_id, "two reads", request_id=key)  # while it runs
+    assert (again.run_id, again.request_id) == (first.run_id, key)
+    await events_of(client, first.run_id)
+    after = await client.start_run(session_id, "two reads", request_id=key)  # once it ended
+    assert after.run_id == first.run_id and after.state == COMPLETED
+    with pytest.raises(grpc.aio.AioRpcError) as reused:
+        await client.start_run(session_id, "hello there", request_id=key)
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    details = error_details(reused.value)
+    assert details.reason == "REQUEST_ID_REUSED" and details.metadata["run_id"] == first.run_id
+    assert [r.run_id for r in (await client.list_runs(session_id)).runs] == [first.run_id]
+    # Sent at once, many times over: one run.
+    other = (await client.create_session()).session_id
+    key = uuid.uuid4().hex
+    runs = await asyncio.gather(
+        *(client.start_run(other, "two reads", request_id=key) for _ in range(6))
+    )
+    assert len({r.run_id for r in runs}) == 1
+    await events_of(client, runs[0].run_id)
+    # Without a key, every request is a run of its own.
+    assert (await client.start_run(other, "two reads")).run_id != runs[0].run_id
 
 
 async def test_a_watcher_that_reconnects_misses_nothing_and_sees_nothing_twice(

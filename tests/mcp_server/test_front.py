@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from sidecar import testing
 from sidecar.testing import ServerProcess
 from tests.support.mcp_stack import INSPECTOR, NODE, edge
-from tests.support.stack import sidecar, sidecar_config, simulator
+from tests.support.stack import eventually, sidecar, sidecar_config, simulator
 
 ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789"
 
@@ -451,3 +451,29 @@ async def test_a_2026_approval_answers_only_the_endpoints_question_and_is_taken_
     assert not ran.is_error
     assert all(e.code == types.INVALID_PARAMS and "requestState" in e.message for e in replays)
     assert runs() == before + 1
+
+
+async def test_a_call_the_host_gave_up_on_is_recorded_with_the_time_it_ran(
+    stack: tuple[str, Path, dict[str, Any]],
+) -> None:
+    url, audit, _ = stack
+
+    def slow_records() -> list[dict[str, Any]]:
+        lines = [json.loads(x) for x in audit.read_text().splitlines()]
+        return [r for r in lines if r["event"] == "tool_call" and r["tool"] == "slow"]
+
+    before = len(slow_records())
+    async with _client(url, "legacy") as client:
+        call = asyncio.create_task(client.call_tool("slow", {"ms": 5000, "steps": 50}))
+        await asyncio.sleep(0.8)  # it reached the bridged server and runs there
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, MCPError):
+            await call
+
+        async def recorded() -> bool:
+            return len(slow_records()) > before
+
+        await eventually(recorded, timeout=20)
+    record = slow_records()[-1]
+    assert record["status"] == "CANCELLED"
+    assert record["duration_ms"] >= 500 and record["attempts"] >= 1

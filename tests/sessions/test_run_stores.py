@@ -499,3 +499,48 @@ async def test_stored_events_notify_every_listening_replica(shared: Callable[...
         assert await db.fetchval("SELECT count(*) FROM agent_run_events") == 1
     finally:
         await db.close()
+
+
+def _keyed(session: str, principal: str, key: str, text: str = "do the thing") -> RunRecord:
+    run = _run(session, principal=principal)
+    run.request_id, run.input = key, text
+    return run
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_request_id_names_one_run_per_principal_until_the_run_expires(
+    open_store: OpenStore,
+) -> None:
+    clock = FakeClock()
+    store = await open_store(clock=clock, retention=60, sweep_interval=3600)
+    session, theirs = await _session(store), await _session(store)
+    first = _keyed(session, "ann", "k-1")
+    assert await store.runs.submit(first, owner=None, bounds=BOUNDS) is None
+    # Sent again while it is active (the session busy): the first run, nothing stored.
+    again = await store.runs.submit(_keyed(session, "ann", "k-1"), owner=None, bounds=BOUNDS)
+    assert again is not None and (again.run_id, again.request_id) == (first.run_id, "k-1")
+    # Another principal's key of the same name is its own.
+    assert await store.runs.submit(_keyed(theirs, "bob", "k-1"), owner=None, bounds=BOUNDS) is None
+    # At once, many times over: one run.
+    racing = await _session(store)
+    answers = await asyncio.gather(
+        *(
+            store.runs.submit(_keyed(racing, "ann", "k-2"), owner=None, bounds=BOUNDS)
+            for _ in range(8)
+        )
+    )
+    assert sum(a is None for a in answers) == 1
+    assert len({a.run_id for a in answers if a is not None}) == 1
+    # Finished, it is still the key's run; expired, the key starts another.
+    (claimed, *_) = [r for r in await store.runs.claim("me", 10) if r.run_id == first.run_id]
+    assert await store.runs.finish(
+        first.run_id, "me", claimed.attempts, state=RunState.COMPLETED, result=b"", events=[],
+        turn=None,
+    )  # fmt: skip
+    done = await store.runs.submit(_keyed(session, "ann", "k-1"), owner=None, bounds=BOUNDS)
+    assert done is not None and done.run_id == first.run_id and done.state is RunState.COMPLETED
+    clock.now += 61
+    later = _keyed(session, "ann", "k-1")
+    assert await store.runs.submit(later, owner=None, bounds=BOUNDS) is None
+    fresh = await store.runs.get(later.run_id)
+    assert fresh is not None and fresh.request_id == "k-1"

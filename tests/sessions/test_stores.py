@@ -420,13 +420,16 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     finally:
         await store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 5
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 6
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
     assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs
     assert "spend" in tables  # schema 4: each principal's spend per day
     indexes = [n for (n,) in check.execute("SELECT name FROM sqlite_master WHERE type='index'")]
     assert "turns_by_session" not in indexes
+    assert "runs_by_request" in indexes  # schema 6: a run's request id, unique per principal
+    columns = {row[1] for row in check.execute("PRAGMA table_info(runs)")}
+    assert {"request_id", "message_id"} <= columns
     check.close()
 
 

@@ -89,17 +89,20 @@ class Receiver:
 
 @asynccontextmanager
 async def receiver(host: str = "127.0.0.1") -> AsyncIterator[Receiver]:
-    """A callback receiver on ``host``, a free port, path ``/hook``."""
+    """A callback receiver on ``host``, a free port, path ``/hook``: on IPv6 loopback for
+    an IPv6 address, on 127.0.0.1 for any other (``::ffff:127.0.0.1`` included)."""
     found = Receiver()
     app = web.Application()
     app.router.add_post("/hook", found.handle)
     app.router.add_post("/hook/elsewhere", found.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    literal = ":" in host  # an IPv6 address, in brackets in the URL
+    mapped = host.lower().startswith("::ffff:")  # an IPv4 address written as IPv6
+    site = web.TCPSite(runner, "::1" if literal and not mapped else "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    found.url = f"http://{host}:{port}/hook"
+    found.url = f"http://[{host}]:{port}/hook" if literal else f"http://{host}:{port}/hook"
     try:
         yield found
     finally:

@@ -362,18 +362,22 @@ class AgentClient:
         *,
         structured: bool = False,
         callback_url: str = "",
+        request_id: str = "",
         timeout: float | None = 10.0,
         metadata: Sequence[tuple[str, str]] = (),
     ) -> agent_pb2.Run:
         """Start a background run (``StartRun``): it goes on without the caller. Returns
         the run at once (``RUN_STATE_SUBMITTED`` or later); ``callback_url`` is told its
-        final state. Not retry-safe: a retry after a lost answer starts a second run."""
+        final state. With a ``request_id`` (a key the caller makes for this run, such as
+        ``uuid.uuid4().hex``) a retry after a lost answer returns the run the first call
+        started; without one, a retry starts a second run."""
         mode = agent_pb2.OUTPUT_MODE_STRUCTURED if structured else agent_pb2.OUTPUT_MODE_STREAMED
         request = agent_pb2.StartRunRequest(
             session_id=session_id,
             input=user_input,
             output_mode=mode,
             callback=agent_pb2.RunCallback(url=callback_url) if callback_url else None,
+            request_id=request_id,
         )
         response: agent_pb2.StartRunResponse = await self.stub.StartRun(
             request, timeout=timeout, metadata=(*self._auth, *metadata) or None

@@ -118,6 +118,11 @@ export interface StartRunOptions extends CallOptions {
   outputMode?: OutputMode;
   /** An http(s) URL told the run's final state when it finishes (a signed POST). */
   callbackUrl?: string;
+  /**
+   * A key made for this run (a UUID): a retry with the same key after a lost answer returns
+   * the run the first call started instead of starting another.
+   */
+  requestId?: string;
 }
 
 /** Options of {@link AgentClient.watchRun}. */
@@ -375,6 +380,7 @@ export class AgentClient {
       input,
       outputMode: options.outputMode ?? OutputMode.OUTPUT_MODE_UNSPECIFIED,
       callback: options.callbackUrl ? { url: options.callbackUrl } : undefined,
+      requestId: options.requestId ?? "",
     });
     const response = await this.#unary(this.stub.startRun, request, options, true);
     return required(response.run, "StartRunResponse.run");

@@ -32,6 +32,7 @@ from sidecar.agent.limits import (
     page_size,
     page_size_problems,
     refuse,
+    request_id_problems,
 )
 from sidecar.agent.runs.callbacks import CallbackBody
 from sidecar.agent.runs.codec import RunCodec
@@ -47,6 +48,7 @@ from sidecar.errors import (
     InvalidRequest,
     PermissionDenied,
     ProfileRemoved,
+    RequestIdReused,
     RunNotFound,
     SessionBusy,
     SessionNotFound,
@@ -191,9 +193,12 @@ class BackgroundRuns:
         callback_shape: str = "",
         callback_token: str = "",
         callback_authorization: str = "",
+        request_id: str = "",
+        message_id: str = "",
         problems: Sequence[FieldViolation] = (),
     ) -> RunRecord:
-        """Start a background run in the principal's session.
+        """Start a background run in the principal's session; or, for a ``request_id``
+        that started one of the principal's runs already, return that run.
 
         Args:
             callback_shape: What the callback delivers: empty, the run's final state; or a
@@ -201,6 +206,9 @@ class BackgroundRuns:
             callback_token: Sent back with the callback (``X-A2A-Notification-Token``).
             callback_authorization: An ``Authorization`` header the callback presents to
                 its receiver; kept sealed under the principal's callback secret.
+            request_id: The caller's key for this request (empty: none): a repeat of the
+                same request returns the run the first one started.
+            message_id: The id the caller gave its input (an A2A ``messageId``).
             problems: What the front found wrong with the request's own fields.
 
         Raises:
@@ -211,6 +219,7 @@ class BackgroundRuns:
             SessionNotFound, PermissionDenied, ProfileRemoved: as for any run.
             CallbackNotAllowed: the configuration refuses the callback URL, or the
                 principal has no callback secret.
+            RequestIdReused: ``request_id`` started a run with another request.
             SessionBusy: the session has an unfinished background run.
             RunQueueFull: ``background.max_runs`` runs are unfinished.
             QuotaExceeded: the principal's ``quota.background_runs`` are, or it has used
@@ -223,6 +232,8 @@ class BackgroundRuns:
             id_problems(session_id, "session_id"),
             input_problems(user_input),
             url_problems(callback_url) if callback_url else (),
+            request_id_problems(request_id),
+            request_id_problems(message_id, "message.message_id"),
         )
         snapshot = self._snapshot()
         key = principal.key(session_id)
@@ -253,11 +264,13 @@ class BackgroundRuns:
             callback_token=callback_token,
             callback_auth=self._sealed(principal, run_id, callback_authorization),
             callback_status=CallbackStatus.PENDING if callback_url else CallbackStatus.NONE,
+            request_id=request_id,
+            message_id=message_id,
         )
         runner = self._runner
         here = runner is not None and runner.reserve()
         try:
-            await self._store.submit(
+            first = await self._store.submit(
                 run,
                 owner=self._store.owner if here else None,
                 bounds=RunBounds(self.settings.max_runs, principal.quota.background_runs),
@@ -270,6 +283,13 @@ class BackgroundRuns:
             if isinstance(exc, SessionNotFound):
                 raise SessionNotFound(session_id) from None
             raise
+        if first is not None:  # a repeat: the run the first request started
+            if here and runner is not None:
+                runner.unreserve()
+            same = (first.session_key, first.input, first.structured, first.callback_url)
+            if same != (key, user_input, structured, callback_url):
+                raise RequestIdReused(request_id, first.run_id)
+            return first
         if self._audit.enabled:
             self._audit.record(
                 "run_submitted",

@@ -684,16 +684,18 @@ class RunCallback(_message.Message):
     def __init__(self, url: _Optional[str] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("session_id", "input", "output_mode", "callback")
+    __slots__ = ("session_id", "input", "output_mode", "callback", "request_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
     CALLBACK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     input: str
     output_mode: OutputMode
     callback: RunCallback
-    def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ..., callback: _Optional[_Union[RunCallback, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, session_id: _Optional[str] = ..., input: _Optional[str] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ..., callback: _Optional[_Union[RunCallback, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -702,7 +704,7 @@ class StartRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "session_id", "state", "input", "create_time", "update_time", "end_time", "last_sequence", "result", "pending_approvals", "callback_status", "attempts", "output_mode")
+    __slots__ = ("run_id", "session_id", "state", "input", "create_time", "update_time", "end_time", "last_sequence", "result", "pending_approvals", "callback_status", "attempts", "output_mode", "request_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -716,6 +718,7 @@ class Run(_message.Message):
     CALLBACK_STATUS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     session_id: str
     state: RunState
@@ -729,7 +732,8 @@ class Run(_message.Message):
     callback_status: CallbackStatus
     attempts: int
     output_mode: OutputMode
-    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., input: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ..., pending_approvals: _Optional[_Iterable[_Union[ApprovalRequired, _Mapping]]] = ..., callback_status: _Optional[_Union[CallbackStatus, str]] = ..., attempts: _Optional[int] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., input: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ..., pending_approvals: _Optional[_Iterable[_Union[ApprovalRequired, _Mapping]]] = ..., callback_status: _Optional[_Union[CallbackStatus, str]] = ..., attempts: _Optional[int] = ..., output_mode: _Optional[_Union[OutputMode, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_sequence")
