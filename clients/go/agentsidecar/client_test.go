@@ -326,6 +326,25 @@ func TestABackgroundRunIsWatchedAgainFromWhereTheWatcherLeftOff(t *testing.T) {
 	}
 }
 
+func TestStartRunWithARequestIDIsSafeToRetry(t *testing.T) {
+	ctx := testContext(t)
+	id := newSession(t, ctx, "default")
+	key := agentsidecar.WithRequestID("go-" + id)
+	first, err := client.StartRun(ctx, id, orderQuestion, key)
+	if err != nil {
+		t.Fatalf("StartRun: %v", err)
+	}
+	again, err := client.StartRun(ctx, id, orderQuestion, key) // its answer lost, say
+	if err != nil || again.GetRunId() != first.GetRunId() || again.GetRequestId() != "go-"+id {
+		t.Fatalf("StartRun again: %v %v, want run %s", again, err, first.GetRunId())
+	}
+	collect(t, client.WatchRun(ctx, first.GetRunId(), 0))
+	runs, _, err := client.ListRuns(ctx, id, 0, "")
+	if err != nil || len(runs) != 1 {
+		t.Errorf("ListRuns: %v %v, want the one run", runs, err)
+	}
+}
+
 func TestCancelRunStopsABackgroundRunAndIsSafeToRetry(t *testing.T) {
 	ctx := testContext(t)
 	id := newSession(t, ctx, "default")

@@ -36,6 +36,7 @@ const (
 	ReasonRunQueueFull           = "RUN_QUEUE_FULL"           // RESOURCE_EXHAUSTED, with a retry delay
 	ReasonCallbackNotAllowed     = "CALLBACK_NOT_ALLOWED"     // PERMISSION_DENIED
 	ReasonBackgroundRunsDisabled = "BACKGROUND_RUNS_DISABLED" // FAILED_PRECONDITION
+	ReasonRequestIDReused        = "REQUEST_ID_REUSED"        // ALREADY_EXISTS: StartRun's key, another request
 )
 
 // Sentinels for errors.Is: an *Error matches one when their reasons (and domains) are

@@ -47,14 +47,24 @@ func WithCallback(url string) RunOption {
 	return func(o *runOptions) { o.callback = url }
 }
 
+// WithRequestID gives StartRun a key made for this run (a UUID): a retry with the same
+// key after a lost answer returns the run the first call started instead of starting
+// another. Run and Stream ignore it.
+func WithRequestID(id string) RunOption {
+	return func(o *runOptions) { o.request = id }
+}
+
 // StartRun starts a background run of one user turn and returns it at once (submitted,
-// or later): the run goes on without the caller. WithOutputMode (Streamed unless set)
-// and WithCallback apply. A session whose background run has not finished fails with
-// ErrSessionBusy; a full queue with ErrRunQueueFull or ErrQuotaExceeded (retry after
-// RetryDelay). Not safe to retry: a retry after a lost answer starts a second run.
+// or later): the run goes on without the caller. WithOutputMode (Streamed unless set),
+// WithCallback and WithRequestID apply. A session whose background run has not finished
+// fails with ErrSessionBusy; a full queue with ErrRunQueueFull or ErrQuotaExceeded (retry
+// after RetryDelay). Safe to retry only WithRequestID: without it, a retry after a lost
+// answer starts a second run.
 func (c *Client) StartRun(ctx context.Context, sessionID, input string, opts ...RunOption) (*BackgroundRun, error) {
 	cfg := runConfig(opts)
-	req := &pb.StartRunRequest{SessionId: sessionID, Input: input, OutputMode: cfg.mode}
+	req := &pb.StartRunRequest{
+		SessionId: sessionID, Input: input, OutputMode: cfg.mode, RequestId: cfg.request,
+	}
 	if cfg.callback != "" {
 		req.Callback = &pb.RunCallback{Url: cfg.callback}
 	}

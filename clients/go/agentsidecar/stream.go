@@ -37,6 +37,7 @@ type runOptions struct {
 	mode     pb.OutputMode
 	approver Approver
 	callback string
+	request  string
 }
 
 func runConfig(opts []RunOption) runOptions {

@@ -4021,7 +4021,15 @@ type StartRunRequest struct {
 	OutputMode OutputMode `protobuf:"varint,3,opt,name=output_mode,json=outputMode,proto3,enum=agentsidecar.v1.OutputMode" json:"output_mode,omitempty"`
 	// Where the run's final state is delivered when it finishes; unset: nowhere
 	// (GetRun and WatchRun tell it).
-	Callback      *RunCallback `protobuf:"bytes,4,opt,name=callback,proto3" json:"callback,omitempty"`
+	Callback *RunCallback `protobuf:"bytes,4,opt,name=callback,proto3" json:"callback,omitempty"`
+	// A key the caller makes unique for each run it means to start (a UUID, at
+	// most 256 characters), so a retry after a lost answer starts nothing new:
+	// the same request with the same key returns the run the first one started
+	// (while the run is kept, background.retention after it ends); the key with
+	// another request (session, input, output mode or callback) fails with
+	// ALREADY_EXISTS (REQUEST_ID_REUSED, the first run's id in its metadata).
+	// Keys are each principal's own. Unset: every request starts a run.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4082,6 +4090,13 @@ func (x *StartRunRequest) GetCallback() *RunCallback {
 		return x.Callback
 	}
 	return nil
+}
+
+func (x *StartRunRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // StartRunResponse returns the run that was started.
@@ -4162,7 +4177,9 @@ type Run struct {
 	// resumed after the replica running it stopped.
 	Attempts uint32 `protobuf:"varint,12,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// How its answer is delivered.
-	OutputMode    OutputMode `protobuf:"varint,13,opt,name=output_mode,json=outputMode,proto3,enum=agentsidecar.v1.OutputMode" json:"output_mode,omitempty"`
+	OutputMode OutputMode `protobuf:"varint,13,opt,name=output_mode,json=outputMode,proto3,enum=agentsidecar.v1.OutputMode" json:"output_mode,omitempty"`
+	// The request_id it was started with; empty: none.
+	RequestId     string `protobuf:"bytes,14,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4286,6 +4303,13 @@ func (x *Run) GetOutputMode() OutputMode {
 		return x.OutputMode
 	}
 	return OutputMode_OUTPUT_MODE_UNSPECIFIED
+}
+
+func (x *Run) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // WatchRunRequest names a background run and where to start.
@@ -4944,16 +4968,18 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12E\n" +
 	"\favailability\x18\x03 \x01(\x0e2!.agentsidecar.v1.ToolAvailabilityR\favailability\"\x1f\n" +
 	"\vRunCallback\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"\xbe\x01\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\xdd\x01\n" +
 	"\x0fStartRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12<\n" +
 	"\voutput_mode\x18\x03 \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
 	"outputMode\x128\n" +
-	"\bcallback\x18\x04 \x01(\v2\x1c.agentsidecar.v1.RunCallbackR\bcallback\":\n" +
+	"\bcallback\x18\x04 \x01(\v2\x1c.agentsidecar.v1.RunCallbackR\bcallback\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\":\n" +
 	"\x10StartRunResponse\x12&\n" +
-	"\x03run\x18\x01 \x01(\v2\x14.agentsidecar.v1.RunR\x03run\"\x80\x05\n" +
+	"\x03run\x18\x01 \x01(\v2\x14.agentsidecar.v1.RunR\x03run\"\x9f\x05\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
@@ -4972,7 +4998,9 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x0fcallback_status\x18\v \x01(\x0e2\x1f.agentsidecar.v1.CallbackStatusR\x0ecallbackStatus\x12\x1a\n" +
 	"\battempts\x18\f \x01(\rR\battempts\x12<\n" +
 	"\voutput_mode\x18\r \x01(\x0e2\x1b.agentsidecar.v1.OutputModeR\n" +
-	"outputMode\"O\n" +
+	"outputMode\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0e \x01(\tR\trequestId\"O\n" +
 	"\x0fWatchRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\rR\rafterSequence\"L\n" +

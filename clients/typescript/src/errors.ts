@@ -36,6 +36,8 @@ export const ErrorReason = {
   CALL_NOT_PENDING: "CALL_NOT_PENDING",
   /** ALREADY_EXISTS: a session with the requested id exists. */
   SESSION_EXISTS: "SESSION_EXISTS",
+  /** ALREADY_EXISTS: a startRun requestId started a run with another request. */
+  REQUEST_ID_REUSED: "REQUEST_ID_REUSED",
   /** FAILED_PRECONDITION: the session is running another turn; retry after the delay. */
   SESSION_BUSY: "SESSION_BUSY",
   /** FAILED_PRECONDITION: the session's profile was removed from the configuration. */

@@ -71,6 +71,22 @@ test("cancelling a background run stops it, and a retry returns it as it is", as
   assert.equal((await client.cancelRun(run.runId)).state, RunState.RUN_STATE_CANCELED);
 });
 
+test("a startRun with a requestId is safe to retry, and its key is the run's", async () => {
+  const session = await client.createSession("default");
+  const requestId = `ts-${session.sessionId}`;
+  const run = await client.startRun(session.sessionId, ORDER_QUESTION, { requestId });
+  const again = await client.startRun(session.sessionId, ORDER_QUESTION, { requestId });
+  assert.equal(again.runId, run.runId);
+  assert.equal(again.requestId, requestId);
+  await assert.rejects(client.startRun(session.sessionId, "another input", { requestId }), (error: unknown) => {
+    assert.ok(error instanceof AgentSidecarError);
+    assert.equal(error.code, status.ALREADY_EXISTS);
+    assert.equal(error.reason, ErrorReason.REQUEST_ID_REUSED);
+    return true;
+  });
+  await client.cancelRun(run.runId);
+});
+
 test("an unknown run is RUN_NOT_FOUND for every call", async () => {
   const calls: Array<() => Promise<unknown>> = [
     () => client.getRun("no-such-run"),

@@ -50,6 +50,8 @@ public final class AgentSidecarException extends RuntimeException {
   public static final String CALL_NOT_PENDING = "CALL_NOT_PENDING";
   /** ALREADY_EXISTS: a session with the requested id exists. */
   public static final String SESSION_EXISTS = "SESSION_EXISTS";
+  /** ALREADY_EXISTS: a StartRun request_id started a run with another request. */
+  public static final String REQUEST_ID_REUSED = "REQUEST_ID_REUSED";
   /** FAILED_PRECONDITION: the session is running another turn; a retry delay is given. */
   public static final String SESSION_BUSY = "SESSION_BUSY";
   /** FAILED_PRECONDITION: the session's profile is no longer configured. */
