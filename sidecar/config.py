@@ -887,6 +887,11 @@ class MetricsConfig(_Strict):
     """Interface the metrics endpoint binds."""
     port: int = Field(9464, ge=0, le=65535)
     """Port of the metrics endpoint (``/metrics``); 0 picks a free one, printed at start."""
+    read_timeout: float = Field(10.0, gt=0)
+    """Seconds a scrape's request may take to arrive whole; a slower connection is
+    closed (each holds a thread)."""
+    max_connections: int = Field(16, ge=1)
+    """Connections served at once; one beyond is closed as it is accepted."""
 
 
 class TracingConfig(_Strict):
@@ -1521,6 +1526,7 @@ class McpEndpointConfig(_Strict):
             max_body_bytes=self.max_body_bytes,
             max_connections=self.max_connections,
         )
+
     request_state_key_env: str | None = Field(None, pattern=_ENV_NAME)
     """Environment variable holding the secret (32 bytes or more) that seals the
     ``requestState`` of a multi-round call (an approval, a bridged server's questions) on

@@ -66,6 +66,7 @@ def _quiet_core() -> None:
     if not any(isinstance(f, _CallerLeft) for f in core.filters):
         core.addFilter(_CallerLeft())
 
+
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 # After the drain's last refusal, how long no further call may arrive before the server
 # stops (see Admission.wait_refusals_settled).
