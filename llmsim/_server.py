@@ -432,36 +432,42 @@ class LLMSimulator:
         planned = time.perf_counter()
         await _until(arrived + self._ttft_s(reply) + self._prefill_s(prompt_tokens - cached))
         response = web.StreamResponse(headers={**headers, **_SSE_HEADERS})
-        await response.prepare(request)
-        self._stats.by_status["200"] += 1
-        first = time.perf_counter()
-        frames = [
-            writer.delta(ROLE_DELTA),
-            *map(writer.delta, stream_deltas(reply, ids, thinking)),
-        ]
-        if disconnect:
-            # Half the answer, then the connection goes: a stream cut mid-way.
-            await response.write(b"".join(frames[: max(1, len(frames) // 2)]))
-            _drop_connection(request)
+        try:
+            await response.prepare(request)
+            self._stats.by_status["200"] += 1
+            first = time.perf_counter()
+            frames = [
+                writer.delta(ROLE_DELTA),
+                *map(writer.delta, stream_deltas(reply, ids, thinking)),
+            ]
+            if disconnect:
+                # Half the answer, then the connection goes: a stream cut mid-way.
+                await response.write(b"".join(frames[: max(1, len(frames) // 2)]))
+                _drop_connection(request)
+                return response
+            token_s = self._options.token_ms / 1000
+            if token_s > 0:
+                await response.write(frames[0])
+                for frame in frames[1:]:
+                    await asyncio.sleep(self._jittered(token_s))
+                    await response.write(frame)
+                frames = []
+            frames.append(writer.finish(reply.finish_reason))
+            options = body.get("stream_options")
+            if isinstance(options, Mapping) and options.get("include_usage") is True:
+                timing = Timing(planned - arrived, first - planned, time.perf_counter() - first)
+                usage_doc = usage(
+                    prompt_tokens, completion_tokens(reply), cached, timing, reasoning
+                )
+                frames.append(writer.usage(usage_doc))
+            frames.append(DONE)
+            # Zero-latency streams go out in one write: cheap for benchmarks, same bytes.
+            await response.write(b"".join(frames))
+            await response.write_eof()
             return response
-        token_s = self._options.token_ms / 1000
-        if token_s > 0:
-            await response.write(frames[0])
-            for frame in frames[1:]:
-                await asyncio.sleep(self._jittered(token_s))
-                await response.write(frame)
-            frames = []
-        frames.append(writer.finish(reply.finish_reason))
-        options = body.get("stream_options")
-        if isinstance(options, Mapping) and options.get("include_usage") is True:
-            timing = Timing(planned - arrived, first - planned, time.perf_counter() - first)
-            usage_doc = usage(prompt_tokens, completion_tokens(reply), cached, timing, reasoning)
-            frames.append(writer.usage(usage_doc))
-        frames.append(DONE)
-        # Zero-latency streams go out in one write: cheap for benchmarks, same bytes.
-        await response.write(b"".join(frames))
-        await response.write_eof()
-        return response
+        except ConnectionResetError:
+            # The client left mid-stream (its deadline, a cancel): nothing more to send.
+            return response
 
     async def _hang(self, fault: Fault, headers: dict[str, str]) -> web.Response:
         cap = fault.hang_s if fault.hang_s is not None else self._options.hang_cap_s

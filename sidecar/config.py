@@ -887,6 +887,11 @@ class MetricsConfig(_Strict):
     """Interface the metrics endpoint binds."""
     port: int = Field(9464, ge=0, le=65535)
     """Port of the metrics endpoint (``/metrics``); 0 picks a free one, printed at start."""
+    read_timeout: float = Field(10.0, gt=0)
+    """Seconds a scrape's request may take to arrive whole; a slower connection is
+    closed (each holds a thread)."""
+    max_connections: int = Field(16, ge=1)
+    """Connections served at once; one beyond is closed as it is accepted."""
 
 
 class TracingConfig(_Strict):
@@ -1499,6 +1504,12 @@ class McpEndpointConfig(_Strict):
     any other ``Origin`` is refused 403, against DNS rebinding."""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """Largest request body accepted (413 beyond)."""
+    read_timeout: float = Field(30.0, gt=0)
+    """Seconds a request may take to arrive whole once its connection is open or its
+    previous response sent; a slower connection is closed (a response or an SSE stream
+    being served is not bounded by it)."""
+    max_connections: int = Field(1000, ge=1)
+    """Open connections at most; one beyond is closed as it is accepted."""
     agent_tool: bool = False
     """Also offer ``agent``: a tool that runs one turn of the profile on a session of the
     caller's (the whole loop, its model calls and tools), for hosts that delegate a task."""
@@ -1506,6 +1517,16 @@ class McpEndpointConfig(_Strict):
     """Tools run as tasks for hosts that declare MCP's tasks extension (2026-07-28)."""
     sessions: McpSessionsConfig = McpSessionsConfig()
     """Bounds of the sessions hosts on the 2025 revisions open."""
+
+    @property
+    def limits(self) -> HttpLimits:
+        """What its listener lets a connection hold."""
+        return HttpLimits(
+            read_timeout=self.read_timeout,
+            max_body_bytes=self.max_body_bytes,
+            max_connections=self.max_connections,
+        )
+
     request_state_key_env: str | None = Field(None, pattern=_ENV_NAME)
     """Environment variable holding the secret (32 bytes or more) that seals the
     ``requestState`` of a multi-round call (an approval, a bridged server's questions) on

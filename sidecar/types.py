@@ -182,6 +182,7 @@ class ToolAvailability(enum.IntEnum):
     SERVER_UNAVAILABLE = 2
     BREAKER_OPEN = 3
     NAME_TAKEN = 4
+    NOT_OFFERED = 5
 
 
 class StageKind(enum.IntEnum):

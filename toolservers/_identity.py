@@ -202,6 +202,8 @@ class IdentityVerifier:
             header = jwt.get_unverified_header(token)
         except jwt.DecodeError:
             raise IdentityRefused("the identity assertion is not a JWT") from None
+        except jwt.InvalidTokenError as exc:  # a header it cannot honour (crit ...)
+            raise IdentityRefused(f"the identity assertion's header is refused: {exc}") from None
         kid = header.get("kid")
         key = self._keys.get(kid) if isinstance(kid, str) else None
         if key is None and None in self._keys and len(self._keys) == 1:
@@ -224,6 +226,10 @@ class IdentityVerifier:
         except jwt.ExpiredSignatureError:
             exp = jwt.decode(token, options={"verify_signature": False}).get("exp", 0)
             raise IdentityRefused(_expired(exp)) from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A claim of the wrong type or out of range (an issuer that is no text, an exp
+            # of 1e300): PyJWT raises these outside its own errors.
+            raise IdentityRefused(f"the identity assertion is invalid: {exc}") from None
         except jwt.InvalidAudienceError:
             raise IdentityRefused(
                 f"the identity assertion is for another tool server; this one is "

@@ -255,7 +255,8 @@ class Conversations:
     async def tools(
         self, principal: Principal, session_id: str
     ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
-        """The tools the session's profile allows, each with whether it can be called now.
+        """The tools the session's profile allows, each with whether it can be called now;
+        the names its tools list gives that no server offers, as NOT_OFFERED.
 
         Raises:
             InvalidRequest: the id is not one.
@@ -267,4 +268,4 @@ class Conversations:
         profile = self._snapshot().profiles.get(session.profile)
         if profile is None:
             raise ProfileRemoved(session_id, session.profile)
-        return self._tools.session_tools(profile.allowed)
+        return self._tools.session_tools(profile.allowed, profile.config.tools or ())

@@ -231,8 +231,25 @@ class _Run:
             return await self._steps(history, self.new)
         except _SpendStop as stop:
             # Between model calls: every step the run kept is whole, its tools all ended.
-            error = RunError("cost_limit", f"the run was stopped: {stop.why}", retryable=False)
+            error = RunError("cost_limit", self._stopped_for_cost(stop.why), retryable=False)
             return self.finish("", StopReason.COST_LIMIT, self.new, error)
+
+    def _stopped_for_cost(self, why: str) -> str:
+        """What a caller of a run the cost guard stopped is told: why, and what had run
+        (with no answer, this is all it learns without reading the timeline)."""
+        ran = [
+            f"{stage.name} ({stage.detail.status.name.lower()})"
+            for stage in self.stages
+            if stage.kind is StageKind.TOOL_CALL and isinstance(stage.detail, ToolOutcome)
+        ]
+        done = f"{self.steps} model call(s)"
+        if ran:
+            shown = ", ".join(ran[:10]) + (f" and {len(ran) - 10} more" if len(ran) > 10 else "")
+            done += f" and {len(ran)} tool call(s): {shown}"
+        return (
+            f"the run was stopped before its next model call, with no answer: {why}; it had "
+            f"made {done}; their results are in the timeline and the session"
+        )
 
     async def _steps(
         self, history: Sequence[dict[str, Any]], new: list[dict[str, Any]]

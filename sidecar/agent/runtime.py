@@ -303,7 +303,12 @@ class Runtime:
         self._agent.speculation.start()
         if self.telemetry.metrics is not None:
             metrics = config.telemetry.metrics
-            self.metrics_port = self.telemetry.metrics.serve(metrics.host, metrics.port)
+            self.metrics_port = self.telemetry.metrics.serve(
+                metrics.host,
+                metrics.port,
+                read_timeout=metrics.read_timeout,
+                max_connections=metrics.max_connections,
+            )
         for connection in self.connections.values():
             connection.start()
 

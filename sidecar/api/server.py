@@ -47,6 +47,26 @@ __all__ = ["SERVICE_NAME", "GrpcFront", "GrpcService"]
 
 log = logging.getLogger(__name__)
 
+
+class _CallerLeft(logging.Filter):
+    """gRPC core logs ``ExecuteBatchError raised in core by servicer method`` with a
+    traceback when a handler ends just as its caller leaves (a deadline of a few
+    milliseconds): the status had nowhere to go, nothing failed. Told as one DEBUG line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("ExecuteBatchError raised in core by servicer"):
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_core() -> None:
+    core = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, _CallerLeft) for f in core.filters):
+        core.addFilter(_CallerLeft())
+
+
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
 # After the drain's last refusal, how long no further call may arrive before the server
 # stops (see Admission.wait_refusals_settled).
@@ -96,6 +116,7 @@ class GrpcFront:
         """
         runtime = self._runtime
         config = runtime.config.server
+        _quiet_core()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", config.max_message_bytes),

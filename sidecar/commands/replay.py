@@ -58,8 +58,9 @@ def check_turns(
     """Refuse a replay the configuration cannot run, naming what does not match.
 
     Raises:
-        ConfigError: a profile the turns need is not configured, or ``variant`` is not
-            one of its variants.
+        ConfigError: a profile the turns need is not configured, ``variant`` is not one
+            of its variants, or a turn's input is longer than its profile takes (a live
+            sidecar would refuse it, so its replay would say nothing of one).
     """
     names = {profile} if profile is not None else {t.profile for t in turns}
     missing = sorted(n for n in names if n not in config.profiles)
@@ -69,6 +70,18 @@ def check_turns(
             f"{how} profile(s) {', '.join(missing)}, which the configuration does not "
             f"have (it has: {', '.join(sorted(config.profiles))}); pass --profile to run "
             "them on another"
+        )
+    too_long = [
+        (t, limit)
+        for t in turns
+        if len(t.input) > (limit := config.profiles[profile or t.profile].max_input_chars)
+    ]
+    if too_long:
+        shown = ", ".join(f"{t.run_id} ({len(t.input)} characters)" for t, _ in too_long[:5])
+        raise ConfigError(
+            f"{len(too_long)} recorded turn(s) have an input longer than their profile's "
+            f"max_input_chars ({too_long[0][1]}), which a live sidecar refuses: {shown}; "
+            "export the recording without them (record export), or raise the limit"
         )
     if variant is None:
         return

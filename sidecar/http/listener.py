@@ -84,6 +84,7 @@ class HttpListener:
         limits: Read timeout and connection cap.
         peers: Notes each connection's client certificate for the application.
         grace: Seconds requests in flight get when it stops.
+        lifespan: Run the application's ASGI lifespan (its startup and shutdown).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class HttpListener:
         limits: HttpLimits,
         peers: PeerCertificates,
         grace: float = 1.0,
+        lifespan: bool = False,
     ) -> None:
         self._name = name
         self._host = host
@@ -104,6 +106,7 @@ class HttpListener:
         self._limits = limits
         self._peers = peers
         self._grace = grace
+        self._lifespan = lifespan
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -147,7 +150,7 @@ class HttpListener:
         config = uvicorn.Config(
             app,
             http="h11",
-            lifespan="off",
+            lifespan="on" if self._lifespan else "off",
             log_level="warning",
             access_log=False,
             server_header=False,

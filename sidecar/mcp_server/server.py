@@ -2,8 +2,10 @@
 
 It serves the runtime's agent as :mod:`sidecar.api` does, with MCP as the protocol: the
 SDK's Streamable HTTP application (both revisions: 2026-07-28 and the 2025 handshake with
-its sessions) behind the :class:`~sidecar.mcp_server.guard.Guard`, on uvicorn, in the
-sidecar's own event loop. TLS is the gRPC port's (``server.tls``: its certificate, and
+its sessions) behind the :class:`~sidecar.mcp_server.guard.Guard`, on the sidecar's
+bounded HTTP listener (:mod:`sidecar.http.listener`: a read timeout and a connection cap,
+``mcp.read_timeout`` and ``mcp.max_connections``), in the sidecar's own event loop. TLS
+is the gRPC port's (``server.tls``: its certificate, and
 with ``client_ca_file`` a client certificate is required); the callers are its principals,
 proving themselves with their bearer tokens.
 
@@ -13,15 +15,9 @@ grace period (the agent refuses new calls meanwhile, as it refuses new runs).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import socket
-import ssl
-from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
@@ -29,7 +25,7 @@ from starlette.routing import Route
 
 from agentsidecar.addresses import is_loopback
 from sidecar.agent.runtime import Runtime
-from sidecar.errors import StartupError
+from sidecar.http.listener import HttpListener
 from sidecar.mcp_server.changes import ToolListChanges
 from sidecar.mcp_server.guard import PRINCIPAL, Guard
 from sidecar.mcp_server.handlers import build_server, state_key, task_board
@@ -41,14 +37,6 @@ from sidecar.telemetry import own_version
 __all__ = ["McpFront"]
 
 log = logging.getLogger(__name__)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the sidecar's own drain the process."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _principal_of(ctx: Any) -> Principal:
@@ -68,8 +56,7 @@ class McpFront:
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._listener: HttpListener | None = None
         self._tasks = task_board(runtime.config.mcp)
         self.sessions: BoundedSessions | None = None
         self._changes: ToolListChanges | None = None
@@ -134,53 +121,25 @@ class McpFront:
             loopback=is_loopback(mcp.host),
             peers=peers,
         )
-        tls: dict[str, Any] = {}
-        if config.server.tls is not None:
-            server_tls = config.server.tls
-            tls = {"ssl_certfile": server_tls.cert_file, "ssl_keyfile": server_tls.key_file}
-            if server_tls.client_ca_file is not None:
-                tls["ssl_ca_certs"] = server_tls.client_ca_file
-                tls["ssl_cert_reqs"] = ssl.CERT_REQUIRED
-        family = socket.AF_INET6 if ":" in mcp.host else socket.AF_INET
-        sock = socket.socket(family)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((mcp.host, mcp.port))
-        except OSError as exc:
-            sock.close()
-            raise StartupError(f"mcp: cannot listen on {mcp.host}:{mcp.port}: {exc}") from None
-        settings = uvicorn.Config(
-            guarded,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=max(1, round(config.server.grace_period)),
-            **tls,
+        listener = HttpListener(
+            "mcp",
+            mcp.host,
+            mcp.port,
+            tls=config.server.tls,
+            limits=mcp.limits,
+            peers=peers,
+            grace=config.server.grace_period,
+            lifespan=True,  # the SDK's session manager runs in the app's lifespan
         )
-        try:
-            settings.load()  # reads the TLS files now, so a bad one stops the start
-        except (OSError, ssl.SSLError) as exc:
-            sock.close()
-            raise StartupError(f"mcp: the TLS files cannot be used: {exc}") from None
-        settings.http_protocol_class = peers.protocol(settings.http_protocol_class)
-        self._server = _Server(settings)
-        self.port = sock.getsockname()[1]
-        self._task = asyncio.get_running_loop().create_task(
-            self._server.serve(sockets=[sock]), name="mcp-front"
-        )
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                raise StartupError("mcp: the endpoint stopped as it started")
-            await asyncio.sleep(0.01)
+        self.port = listener.bind()
+        await listener.start(guarded)
+        self._listener = listener
         return self.port
 
     async def stop(self) -> None:
         """Stop taking connections; requests in flight get the grace period."""
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._listener is not None:
+            await self._listener.stop()
         if self._changes is not None:
             await self._changes.close()
         await self._tasks.close()

@@ -15,10 +15,14 @@ The endpoint is prometheus_client's own HTTP server, in a daemon thread, on its 
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from sidecar.types import (
     MODEL_PACING,
@@ -427,9 +431,17 @@ class Metrics:
 
     # -- the endpoint -------------------------------------------------------------------
 
-    def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` in a daemon thread; return the bound port."""
-        httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+    def serve(
+        self, host: str, port: int, *, read_timeout: float = 10.0, max_connections: int = 16
+    ) -> int:
+        """Serve ``/metrics`` from a daemon thread, a thread per connection, bounded: a
+        request must arrive within ``read_timeout`` and at most ``max_connections`` are
+        served at once (one beyond is closed as accepted), so slow or idle clients cannot
+        pile up threads. Return the bound port."""
+        httpd = _bounded_server(
+            host, port, make_wsgi_app(self.registry), read_timeout, max_connections
+        )
+        threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
         self._httpd = httpd
         return int(httpd.server_port)
 
@@ -588,3 +600,37 @@ class Metrics:
         """Record a breaker transition (a ``CircuitBreaker.on_state_change`` callback)."""
         self.breaker_transitions.labels(server, old.value, new.value).inc()
         self.breaker_state.labels(server).set(_BREAKER_VALUES[new])
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """A scrape's handler: logs nothing; its socket times out (``timeout``, per server)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _bounded_server(
+    host: str, port: int, app: Any, read_timeout: float, max_connections: int
+) -> WSGIServer:
+    slots = threading.BoundedSemaphore(max_connections)
+
+    class Handler(_QuietHandler):
+        timeout = read_timeout  # socketserver: each read waits this long at most
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not slots.acquire(blocking=False):
+                self.shutdown_request(request)  # as many are served as may be
+                return
+            super().process_request(request, client_address)
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                slots.release()
+
+    return make_server(host, port, app, Server, handler_class=Handler)

@@ -7,9 +7,10 @@ it here, from the connections' health and breakers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentsidecar.v1 import tool_pb2
 from sidecar.tools.catalog import CatalogTool, ListedTool, ToolCatalog, allows
 from sidecar.tools.link import ToolLink
 from sidecar.types import ToolAvailability
@@ -39,10 +40,11 @@ class ToolAccess:
         return self.catalog.definitions(profile, allowed, self.unavailable_servers())
 
     def session_tools(
-        self, allowed: frozenset[str] | None
+        self, allowed: frozenset[str] | None, named: Sequence[str] = ()
     ) -> list[tuple[CatalogTool | ListedTool, ToolAvailability]]:
         """The tools ``allowed`` lets a session use, each with whether it can be called now;
-        a tool whose name another server owns is listed as NAME_TAKEN."""
+        a tool whose name another server owns is listed as NAME_TAKEN, and a name of the
+        profile's list (``named``) that no server offers as NOT_OFFERED."""
         entries: list[tuple[CatalogTool | ListedTool, ToolAvailability]] = []
         for tool in self.catalog.tools():
             if allows(allowed, tool):
@@ -50,6 +52,11 @@ class ToolAccess:
         for taken in self.catalog.taken:
             if allows(allowed, taken):
                 entries.append((taken, ToolAvailability.NAME_TAKEN))
+        for name in self.catalog.unknown(named):
+            missing = ListedTool(
+                name=name, server="", descriptor=tool_pb2.ToolDescriptor(name=name), owner=""
+            )
+            entries.append((missing, ToolAvailability.NOT_OFFERED))
         return entries
 
     @staticmethod

@@ -106,6 +106,9 @@ async def test_a_run_stops_before_the_model_call_it_cannot_pay_for(
     assert result.stop_reason == agent_pb2.STOP_REASON_COST_LIMIT
     assert result.error.code == "cost_limit" and "cost.per_run" in result.error.message
     assert not result.error.retryable
+    # With no answer, the error says what ran before the stop.
+    assert "stopped before its next model call, with no answer" in result.error.message
+    assert "1 model call(s) and 1 tool call(s): big_read (ok)" in result.error.message
     # It made its first model call and ran that step's tool to its end, then stopped.
     assert result.steps == 1 and result.tool_calls == 1
     tools = [s for s in result.timeline.stages if s.kind == agent_pb2.STAGE_KIND_TOOL_CALL]

@@ -242,6 +242,18 @@ def test_a_configuration_that_does_not_match_the_recording_is_refused(
     assert message in replayed.stderr and "Traceback" not in replayed.stderr
 
 
+def test_a_turn_whose_input_the_profile_would_refuse_live_is_not_replayed(
+    tmp_path: Path,
+) -> None:
+    recording = tmp_path / "one.jsonl"
+    recording.write_bytes(_recording_line(input="x" * 500))
+    config = _write({"profiles": {"default": {"max_input_chars": 100}}}, tmp_path / "c.yaml")
+    replayed = _cli("replay", str(recording), "--config", str(config), cwd=tmp_path)
+    assert replayed.returncode == 2, replayed.stdout + replayed.stderr
+    assert "longer than their profile's max_input_chars (100)" in replayed.stderr
+    assert "(500 characters)" in replayed.stderr and "Traceback" not in replayed.stderr
+
+
 async def test_a_profile_that_records_none_of_its_turns_writes_nothing(
     tools: ServerProcess, tmp_path: Path
 ) -> None:

@@ -51,6 +51,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
                 "no_early": {"early_dispatch": False},
                 "one_call": {"max_tool_calls": 1},
                 "restricted": {"tools": ["slow_read"]},
+                "misspelt": {"tools": ["slow_read", "slow_raed"]},
                 "structured": {
                     "answer_schema": {
                         "type": "object",
@@ -393,6 +394,18 @@ async def test_session_tools_lists_what_the_profile_allows(client: AgentClient) 
     assert tools[0].server == "scripted"
     assert tools[0].availability == agent_pb2.TOOL_AVAILABILITY_AVAILABLE
     assert tools[0].tool.read_only
+
+
+async def test_session_tools_lists_a_name_no_server_offers_as_not_offered(
+    client: AgentClient,
+) -> None:
+    session = await client.create_session("misspelt")
+    tools = {t.tool.name: t for t in await client.list_session_tools(session.session_id)}
+    assert tools.keys() == {"slow_read", "slow_raed"}
+    assert tools["slow_read"].availability == agent_pb2.TOOL_AVAILABILITY_AVAILABLE
+    missing = tools["slow_raed"]
+    assert missing.availability == agent_pb2.TOOL_AVAILABILITY_NOT_OFFERED
+    assert missing.server == ""
 
 
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tests.support.stack import (
     TEST_MODELS,
     SimControl,
     eventually,
+    run_events,
     scripted_toolserver,
     sidecar,
     sidecar_config,
@@ -332,3 +334,30 @@ async def test_the_models_text_waits_for_a_reader_that_falls_behind() -> None:
     async with asyncio.timeout(1):
         await waiting
     assert not stopped and sink.backlog() is None
+
+
+async def test_callers_that_leave_within_milliseconds_leave_no_traceback(tmp_path: Path) -> None:
+    # Deadlines of a few milliseconds end streams at every point of a run, the handler's
+    # very last message included: a caller gone is no error of the sidecar's.
+    log = tmp_path / "sidecar.log"
+    with simulator() as sim, scripted_toolserver() as tools:
+        config = sidecar_config(sim, [{"name": "scripted", "address": tools.address}])
+        with log.open("wb") as stderr, sidecar(config, tmp_path, stderr=stderr) as side:
+            async with AgentClient(side.address) as client:
+                await client.wait_ready(20)
+                sessions = [(await client.create_session()).session_id for _ in range(30)]
+
+                async def leave(session: str) -> None:
+                    for i in range(12):
+                        request = agent_pb2.StreamRunRequest(session_id=session, input="hello")
+                        call = client.stub.StreamRun(request, timeout=0.004 + i * 0.004)
+                        with contextlib.suppress(grpc.aio.AioRpcError):
+                            async for _ in call:
+                                pass
+
+                await asyncio.gather(*(leave(s) for s in sessions))
+                # And it goes on serving.
+                _, result = await run_events(client, "hello")
+    assert result.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    logged = log.read_text()
+    assert "Traceback" not in logged and "ExecuteBatchError" not in logged

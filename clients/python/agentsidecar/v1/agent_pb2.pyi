@@ -103,6 +103,7 @@ class ToolAvailability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_AVAILABILITY_SERVER_UNAVAILABLE: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_BREAKER_OPEN: _ClassVar[ToolAvailability]
     TOOL_AVAILABILITY_NAME_TAKEN: _ClassVar[ToolAvailability]
+    TOOL_AVAILABILITY_NOT_OFFERED: _ClassVar[ToolAvailability]
 
 class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -180,6 +181,7 @@ TOOL_AVAILABILITY_AVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_SERVER_UNAVAILABLE: ToolAvailability
 TOOL_AVAILABILITY_BREAKER_OPEN: ToolAvailability
 TOOL_AVAILABILITY_NAME_TAKEN: ToolAvailability
+TOOL_AVAILABILITY_NOT_OFFERED: ToolAvailability
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_SUBMITTED: RunState
 RUN_STATE_WORKING: RunState
