@@ -716,6 +716,10 @@ const (
 	// The tool is not offered: another tool server, configured before its
 	// own, offers a tool of the same name and owns it.
 	ToolAvailability_TOOL_AVAILABILITY_NAME_TAKEN ToolAvailability = 4
+	// The profile's tools list names it, but no tool server offers a tool of
+	// that name (a misspelt name, or a server not discovered yet): the model
+	// does not get it. Listed with its name only, and no server.
+	ToolAvailability_TOOL_AVAILABILITY_NOT_OFFERED ToolAvailability = 5
 )
 
 // Enum value maps for ToolAvailability.
@@ -726,6 +730,7 @@ var (
 		2: "TOOL_AVAILABILITY_SERVER_UNAVAILABLE",
 		3: "TOOL_AVAILABILITY_BREAKER_OPEN",
 		4: "TOOL_AVAILABILITY_NAME_TAKEN",
+		5: "TOOL_AVAILABILITY_NOT_OFFERED",
 	}
 	ToolAvailability_value = map[string]int32{
 		"TOOL_AVAILABILITY_UNSPECIFIED":        0,
@@ -733,6 +738,7 @@ var (
 		"TOOL_AVAILABILITY_SERVER_UNAVAILABLE": 2,
 		"TOOL_AVAILABILITY_BREAKER_OPEN":       3,
 		"TOOL_AVAILABILITY_NAME_TAKEN":         4,
+		"TOOL_AVAILABILITY_NOT_OFFERED":        5,
 	}
 )
 
@@ -5089,13 +5095,14 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\x10ApprovalDecision\x12!\n" +
 	"\x1dAPPROVAL_DECISION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19APPROVAL_DECISION_APPROVE\x10\x01\x12\x1a\n" +
-	"\x16APPROVAL_DECISION_DENY\x10\x02*\xc6\x01\n" +
+	"\x16APPROVAL_DECISION_DENY\x10\x02*\xe9\x01\n" +
 	"\x10ToolAvailability\x12!\n" +
 	"\x1dTOOL_AVAILABILITY_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bTOOL_AVAILABILITY_AVAILABLE\x10\x01\x12(\n" +
 	"$TOOL_AVAILABILITY_SERVER_UNAVAILABLE\x10\x02\x12\"\n" +
 	"\x1eTOOL_AVAILABILITY_BREAKER_OPEN\x10\x03\x12 \n" +
-	"\x1cTOOL_AVAILABILITY_NAME_TAKEN\x10\x04*\xd2\x01\n" +
+	"\x1cTOOL_AVAILABILITY_NAME_TAKEN\x10\x04\x12!\n" +
+	"\x1dTOOL_AVAILABILITY_NOT_OFFERED\x10\x05*\xd2\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RUN_STATE_SUBMITTED\x10\x01\x12\x15\n" +
