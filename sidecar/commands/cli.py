@@ -134,7 +134,8 @@ def _check(args: argparse.Namespace) -> int:
     from sidecar.errors import ConfigError
 
     try:
-        config = load_config(args.config)
+        # As serve reads it: ${NAME} in the file from this environment.
+        config = load_config(args.config, os.environ)
     except ConfigError as exc:
         print(f"refused: {exc}")
         return 2
@@ -198,7 +199,7 @@ def _identity_jwks(args: argparse.Namespace) -> int:
     from sidecar.security.tool_identity import AssertionSigner
 
     try:
-        assertion = load_config(args.config).auth.tool_assertion
+        assertion = load_config(args.config, os.environ).auth.tool_assertion
         if assertion is None:
             raise ConfigError(
                 f"{args.config} sets no auth.tool_assertion: the sidecar signs no assertion"

@@ -183,6 +183,28 @@ def test_check_says_why_a_configuration_would_not_start(tmp_path: Path) -> None:
     assert done.returncode == 2 and "profiles.p.max_stepz" in done.stdout
 
 
+def test_check_fills_variables_in_its_file_from_its_environment_as_serve_does(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(
+        "server: {port: 0, unix_socket: '${SOCKET_DIR}/sidecar.sock'}\n"
+        "model: {base_url: 'http://${MODEL_HOST:-127.0.0.1:9}/v1', keyless: true}\n"
+        "profiles: {default: {max_steps: '${STEPS}'}}\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("SOCKET_DIR", "STEPS")}
+    unset = subprocess.run(
+        [sys.executable, "-m", "sidecar", "check", "--offline", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, env=environ, check=False,
+    )  # fmt: skip
+    assert unset.returncode == 2
+    assert "the environment variable SOCKET_DIR is not set" in unset.stdout
+    set_ = _check(config, "--offline", env={"SOCKET_DIR": str(tmp_path), "STEPS": "4"})
+    assert set_.returncode == 0, set_.stdout + set_.stderr
+    wrong = _check(config, "--offline", env={"SOCKET_DIR": str(tmp_path), "STEPS": "0"})
+    assert wrong.returncode == 2 and "profiles.default.max_steps" in wrong.stdout
+
+
 def test_serve_fills_variables_in_its_file_from_its_environment(tmp_path: Path) -> None:
     config = tmp_path / "sidecar.yaml"
     config.write_text(
