@@ -461,6 +461,7 @@ def test_a_signed_assertion_of_any_shape_is_verified_or_refused_never_an_error(
         "iss": "agent-sidecar", "aud": "orders", "iat": now, "exp": now + 60,
         "agent_session": "s-1", "agent_run": "r-1", "pad": "x" * padding, **claims,
     }  # fmt: skip
+
     # Built by hand: PyJWT's encoder refuses some of what a verifier must refuse.
     def part(value: Any) -> str:
         return jwt.utils.base64url_encode(json.dumps(value).encode()).decode()
