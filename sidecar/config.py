@@ -1767,6 +1767,31 @@ class SidecarConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _listeners_have_ports_of_their_own(self) -> SidecarConfig:
+        # Two of the sidecar's listeners on one port: the second cannot bind, and serve
+        # would stop with "address already in use" without naming the first.
+        listeners = [("server.port", self.server.port)]
+        if self.server.health_port is not None:
+            listeners.append(("server.health_port", self.server.health_port))
+        if self.mcp.port is not None:
+            listeners.append(("mcp.port", self.mcp.port))
+        if self.a2a is not None and self.a2a.http is not None:
+            listeners.append(("a2a.http.port", self.a2a.http.port))
+        if self.telemetry.metrics.enabled:
+            listeners.append(("telemetry.metrics.port", self.telemetry.metrics.port))
+        taken: dict[int, str] = {}
+        for key, port in listeners:
+            if port == 0:  # a free port, picked at start: never another's
+                continue
+            if port in taken:
+                raise ValueError(
+                    f"{key} and {taken[port]} are both {port}: each listener needs a port "
+                    "of its own"
+                )
+            taken[port] = key
+        return self
+
+    @model_validator(mode="after")
     def _the_light_path_leaves_the_full_flex_tier(self) -> SidecarConfig:
         # flex_fallback: light sends a call that found the flex tier full to the light
         # path's model on its own tier: the same full tier would only fail again.

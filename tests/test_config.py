@@ -397,3 +397,42 @@ def test_callback_hosts_take_names_and_every_form_of_an_ip_address(host: str) ->
 def test_a_callback_host_that_is_neither_name_nor_address_is_refused(host: str) -> None:
     with pytest.raises(ConfigError, match="allowed_hosts"):
         parse_config({"background": {"callbacks": {"allowed_hosts": [host]}}})
+
+
+_SKILLS = [{"profile": "default", "id": "a", "name": "A", "description": "d"}]
+
+
+@pytest.mark.parametrize(
+    ("sections", "named"),
+    [
+        ({"server": {"port": 8765}, "mcp": {"port": 8765}}, "mcp.port and server.port"),
+        (
+            {"mcp": {"port": 9000}, "a2a": {"skills": _SKILLS, "http": {"port": 9000}}},
+            "a2a.http.port and mcp.port",
+        ),
+        (
+            {
+                "a2a": {"skills": _SKILLS, "http": {"port": 9464}},
+                "telemetry": {"metrics": {"enabled": True}},
+            },
+            "telemetry.metrics.port and a2a.http.port",
+        ),
+        ({"server": {"port": 7000, "health_port": 7000}}, "server.health_port and server.port"),
+    ],
+)
+def test_two_listeners_on_one_port_are_refused_naming_both(
+    sections: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        parse_config(sections)
+
+
+def test_listeners_on_ports_picked_at_start_never_collide() -> None:
+    config = parse_config(
+        {
+            "server": {"port": 0, "health_port": 0},
+            "mcp": {"port": 0},
+            "a2a": {"skills": _SKILLS, "http": {"port": 0}},
+        }
+    )
+    assert config.mcp.port == 0

@@ -371,20 +371,32 @@ def _level(text: str) -> str:
 
 
 def _logging_flags(defaults: bool) -> argparse.ArgumentParser:
-    """``--log-level`` and ``--log-format``, accepted before or after the command."""
+    """``--log-level`` and ``--log-format``, accepted before or after the command; their
+    defaults come from ``AGENT_SIDECAR_LOG_LEVEL`` and ``AGENT_SIDECAR_LOG_FORMAT`` (a
+    container's environment), else WARNING and text."""
     flags = argparse.ArgumentParser(add_help=False)
     unset = argparse.SUPPRESS
+    level = (os.environ.get("AGENT_SIDECAR_LOG_LEVEL") or "WARNING").upper()
+    form = os.environ.get("AGENT_SIDECAR_LOG_FORMAT") or "text"
+    if level not in LEVELS or form not in FORMATS:
+        print(
+            f"agent-sidecar: AGENT_SIDECAR_LOG_LEVEL must be one of {', '.join(LEVELS)} and "
+            f"AGENT_SIDECAR_LOG_FORMAT one of {', '.join(FORMATS)}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     flags.add_argument(
         "--log-level",
         type=_level,
-        default="WARNING" if defaults else unset,
-        help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL",
+        default=level if defaults else unset,
+        help="DEBUG, INFO, WARNING (default; AGENT_SIDECAR_LOG_LEVEL), ERROR or CRITICAL",
     )
     flags.add_argument(
         "--log-format",
         choices=FORMATS,
-        default="text" if defaults else unset,
-        help="text (default) or json: one JSON object per line, for log collectors",
+        default=form if defaults else unset,
+        help="text (default; AGENT_SIDECAR_LOG_FORMAT) or json: one JSON object per line, "
+        "for log collectors",
     )
     return flags
 

@@ -56,6 +56,12 @@ _BATCH_BYTES = 1024 * 1024
 4 MiB unless it says otherwise); a larger call goes alone."""
 
 
+_UNTOLD = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
+"""What a failed write says when the stream's own status has not arrived yet."""
+_STATUS_WAIT = 1.0
+"""Seconds a failed write waits for the stream's status."""
+
+
 class CallStream:
     """The ``CallTools`` stream of one tool server's channel.
 
@@ -207,12 +213,13 @@ class CallStream:
                 try:
                     await stream.write(message)
                 except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-                    # The stream broke before or as the calls were written: they fail
-                    # (UNAVAILABLE, retried as such) and the next call opens a new one.
+                    # The stream broke before or as the calls were written: they fail with
+                    # the status it ended with (UNAVAILABLE, retried as such, when it tells
+                    # none) and the next call opens a new one.
                     if self._stream is stream:
                         self._stream = None
-                    details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else exc
-                    self._fail_pending(f"the call stream failed: {details}", stream)
+                    code, details = await _ended_with(stream, exc)
+                    self._fail_pending(f"the call stream failed: {details}", stream, code)
         finally:
             self._writer = None
 
@@ -241,3 +248,22 @@ class CallStream:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._outbox.clear()
         self._fail_pending("the tool server's connection closed")
+
+
+async def _ended_with(
+    stream: Any, exc: grpc.aio.AioRpcError | asyncio.InvalidStateError
+) -> tuple[grpc.StatusCode, str]:
+    """The status a stream ended with when a write to it failed. The write may fail first
+    (a core error) while the server's status is still on its way: a server that serves no
+    stream says UNIMPLEMENTED, and its calls must learn that, not UNAVAILABLE."""
+    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _UNTOLD:
+        return exc.code(), exc.details() or ""
+    try:
+        async with asyncio.timeout(_STATUS_WAIT):
+            code = await stream.code()
+            details = await stream.details()
+    except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if code is None or code is grpc.StatusCode.OK:
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    return code, details or str(exc)

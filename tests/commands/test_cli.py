@@ -49,6 +49,30 @@ def test_serve_takes_its_log_level_and_format_after_the_command(tmp_path: Path) 
     assert any(line["level"] == "INFO" for line in lines)
 
 
+def test_the_log_level_and_format_come_from_the_environment_too(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    config = testing.sidecar_config(
+        "127.0.0.1:9", {}, model={"base_url": "http://127.0.0.1:9/v1", "keyless": True}
+    )
+    env = {"AGENT_SIDECAR_LOG_LEVEL": "info", "AGENT_SIDECAR_LOG_FORMAT": "json"}
+    with open(log, "w") as stderr:
+        side = testing.sidecar(config, tmp_path, stderr=stderr, env=env)
+        testing.wait_serving(side.address, timeout=30)
+        assert side.stop() == 0
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert lines and any(line["level"] == "INFO" for line in lines)
+    refused = subprocess.run(
+        [sys.executable, "-m", "sidecar", "check", "--offline"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENT_SIDECAR_LOG_LEVEL": "loud"},
+        check=False,
+    )
+    assert refused.returncode == 2 and "AGENT_SIDECAR_LOG_LEVEL must be one of" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_the_tool_server_command_prints_help_and_exits_zero() -> None:
     done = subprocess.run(
         [str(Path(sys.executable).parent / "agent-toolserver"), "--help"],

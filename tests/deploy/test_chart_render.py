@@ -588,6 +588,22 @@ def test_settings_that_cannot_work_are_refused_with_what_to_do() -> None:
             {"tls.enabled": "true", "tls.existingSecret": "t", "healthPort": "50051"},
             "healthPort must differ from port",
         ),
+        "the A2A listener on the MCP port": (
+            {
+                "mcp.enabled": "true",
+                "a2aHttp.enabled": "true",
+                "a2aHttp.port": "8765",
+                "config.a2a.skills[0].profile": "default",
+                "config.a2a.skills[0].id": "a",
+                "config.a2a.skills[0].name": "A",
+                "config.a2a.skills[0].description": "d",
+            },
+            "mcp.port and a2aHttp.port are both 8765",
+        ),
+        "metrics on the gRPC port": (
+            {"metrics.enabled": "true", "metrics.port": "50051"},
+            "port and metrics.port are both 50051",
+        ),
         "a socket off sidecar mode": ({"socket.enabled": "true"}, "it needs mode: sidecar"),
         "an unknown mode": ({"mode": "daemonset"}, "mode"),
         "an existing Deployment without its labels": (

@@ -200,8 +200,19 @@ async def test_a_server_without_the_stream_gets_one_call_each() -> None:
         )
         try:
             connection._use_stream(True)
-            result = await connection.call(request("slow_read", {"tag": "t", "ms": 1}), WAIT, ())
-            assert result.WhichOneof("outcome") == "output"
+            result = None
+            for attempt in range(3):
+                try:
+                    result = await connection.call(
+                        request("slow_read", {"tag": f"t{attempt}", "ms": 1}), WAIT, ()
+                    )
+                    break
+                except StreamedCallError as exc:
+                    # The server's UNIMPLEMENTED races the first write: on a loaded machine
+                    # gRPC core may fail the write first and keep only its own INTERNAL.
+                    # Nothing ran (the server serves no stream); the next call asks again.
+                    assert exc.code() is grpc.StatusCode.INTERNAL, exc
+            assert result is not None and result.WhichOneof("outcome") == "output"
             assert connection._stream is None  # one call each from now on
             again = await connection.call(request("slow_read", {"tag": "u", "ms": 1}), WAIT, ())
             assert again.WhichOneof("outcome") == "output"

@@ -231,6 +231,19 @@ directory (then the record lives on the data volume); empty without a file. */}}
 {{- if and .Values.tls.enabled (eq (int .Values.healthPort) (int .Values.port)) }}
 {{- fail "healthPort must differ from port: with TLS on, the probes' plaintext health port is a port of its own" }}
 {{- end }}
+{{- /* Each listener of the pod on a port of its own: the second could not bind. */}}
+{{- $ports := list (list "port" (int .Values.port)) }}
+{{- if .Values.tls.enabled }}{{ $ports = append $ports (list "healthPort" (int .Values.healthPort)) }}{{ end }}
+{{- if .Values.mcp.enabled }}{{ $ports = append $ports (list "mcp.port" (int .Values.mcp.port)) }}{{ end }}
+{{- if .Values.a2aHttp.enabled }}{{ $ports = append $ports (list "a2aHttp.port" (int .Values.a2aHttp.port)) }}{{ end }}
+{{- if .Values.metrics.enabled }}{{ $ports = append $ports (list "metrics.port" (int .Values.metrics.port)) }}{{ end }}
+{{- range $i, $a := $ports }}
+{{- range $j, $b := $ports }}
+{{- if and (lt $i $j) (eq (index $a 1) (index $b 1)) }}
+{{- fail (printf "%s and %s are both %d: each listener of the pod needs a port of its own" (index $a 0) (index $b 0) (index $a 1)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.socket.enabled (ne .Values.mode "sidecar") }}
 {{- fail "socket.enabled shares a Unix socket between containers of one pod: it needs mode: sidecar" }}
 {{- end }}
