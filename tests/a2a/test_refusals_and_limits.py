@@ -4,8 +4,6 @@ connections. One sidecar of its own: a principal with no skill's profile, tight 
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from sidecar.testing import ServerProcess
 from tests.support.a2a import A2A_SKILLS
+from tests.support.http_limits import check_bounded, half_post
 from tests.support.stack import sidecar, sidecar_config, simulator
 
 CAROL = "carol-token"
@@ -66,37 +65,17 @@ async def test_the_grpc_binding_refuses_another_a2a_version(side: ServerProcess)
         assert list(listed.tasks) == []
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def test_a_half_sent_request_is_closed_and_connections_are_capped(side: ServerProcess) -> None:
     host, port = side.announced("a2a http on ").rsplit(":", 1)
-    half = socket.create_connection((host, int(port)), timeout=10)
-    half.sendall(b"POST /a2a/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
-    # read_timeout is 0.5 s: a generous deadline, well short of "never".
-    assert _closed_within(half, 20)
-    half.close()
-    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
-    try:
-        extra = socket.create_connection((host, int(port)), timeout=10)
-        assert _closed_within(extra, 20)  # beyond the cap: closed as accepted
-        extra.close()
-    finally:
-        for sock in idle:
-            sock.close()
-    # Once they are gone the listener serves again.
-    deadline = time.monotonic() + 20
-    while True:
+
+    def serves() -> bool:
         card = httpx.get(f"http://{host}:{port}/.well-known/agent-card.json", timeout=10)
-        if card.status_code == 200 or time.monotonic() > deadline:
-            break
-    assert card.status_code == 200
+        return card.status_code == 200
+
+    check_bounded(
+        host,
+        int(port),
+        half_request=half_post("/a2a/jsonrpc"),
+        cap=MAX_CONNECTIONS,
+        serves=serves,
+    )

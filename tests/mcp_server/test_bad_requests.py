@@ -5,8 +5,6 @@ JSON-RPC messages with wrong methods, ids and params, through a real sidecar."""
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar import testing
+from tests.support.http_limits import check_bounded, half_post
 from tests.support.mcp_stack import edge
 from tests.support.stack import sidecar, sidecar_config, simulator
 
@@ -117,18 +116,6 @@ def test_a_malformed_request_is_refused_clearly_and_the_endpoint_keeps_serving(
     assert listed.status_code == 200
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def test_a_half_sent_request_is_closed_and_connections_are_capped(tmp_path: Path) -> None:
     cap = 8
     with simulator() as sim:
@@ -136,22 +123,15 @@ def test_a_half_sent_request_is_closed_and_connections_are_capped(tmp_path: Path
         with sidecar(sidecar_config(sim, [], mcp=mcp), tmp_path) as side:
             url = side.announced("mcp on ")
             host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
-            half = socket.create_connection((host, int(port)), timeout=10)
-            half.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
-            assert _closed_within(half, 20)  # 0.5 s: generous, and far short of never
-            half.close()
-            idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(cap)]
-            try:
-                extra = socket.create_connection((host, int(port)), timeout=10)
-                assert _closed_within(extra, 20)  # beyond the cap: closed as accepted
-                extra.close()
-            finally:
-                for sock in idle:
-                    sock.close()
-            # Once they are gone it serves again.
-            deadline = time.monotonic() + 20
-            while True:
-                listed = _post(url, b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}', HEADERS)
-                if listed.status_code < 500 or time.monotonic() > deadline:
-                    break
-            assert listed.status_code < 500
+
+            def serves() -> bool:
+                ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+                return _post(url, ping, HEADERS).status_code < 500
+
+            check_bounded(
+                host,
+                int(port),
+                half_request=half_post("/mcp"),
+                cap=cap,
+                serves=serves,
+            )
