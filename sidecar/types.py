@@ -564,7 +564,11 @@ class RunRecord:
     callback_auth: bytes = b""
     """An ``Authorization`` header for the receiver, sealed under the principal's callback
     secret (``security.webhooks.seal_authorization``); empty: none."""
+    callback_id: str = ""
+    """The id its caller gave the callback (an A2A push config's id); empty: the run's."""
     callback_status: CallbackStatus = CallbackStatus.NONE
+    """What became of the callback its end was due to send; one named after the end (an
+    A2A push config on a finished task) has nothing to send and leaves it as it was."""
     callback_attempts: int = 0
     attempts: int = 0
     """How many times a replica took it up; each take bumps it, and a write is accepted

@@ -71,6 +71,11 @@ _SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 """An HTTP authentication scheme (RFC 9110's token)."""
 
 
+def _config_id(run: RunRecord) -> str:
+    """A task's push notification config's id: the one its caller gave, else the task's."""
+    return run.callback_id or run.run_id
+
+
 def push_body(run: RunRecord, context_id: str) -> bytes:
     """A finished task's push notification: the task, in a ``StreamResponse``, as A2A's
     JSON binding writes it."""
@@ -201,7 +206,7 @@ def _decision(message: a2a_pb2.Message) -> tuple[Decision, str]:
             if isinstance(value, dict) and isinstance(value.get("decision"), str):
                 word = value["decision"].strip().lower()
                 reason = value.get("reason")
-                call_id = value.get("call_id")
+                call_id = value.get("callId", value.get("call_id"))  # the old spelling too
                 if word in _APPROVE | _DENY:
                     return (
                         Decision(word in _APPROVE, reason if isinstance(reason, str) else ""),
@@ -214,7 +219,7 @@ def _decision(message: a2a_pb2.Message) -> tuple[Decision, str]:
                 return Decision(word in _APPROVE, reason.strip()), ""
     raise InvalidParamsError(
         "the task waits for an approval: answer 'approve' or 'deny' (a text part), or "
-        'a data part {"decision": "approve"|"deny", "call_id": ..., "reason": ...}',
+        'a data part {"decision": "approve"|"deny", "callId": ..., "reason": ...}',
         {"errors": [{"field": "message.parts", "message": "must approve or deny"}]},
     )
 
@@ -334,6 +339,7 @@ class TaskHandler(RequestHandler):
             callback_shape=shape,
             callback_token=token,
             callback_authorization=authorization,
+            callback_id=params.configuration.task_push_notification_config.id,
             message_id=message.message_id,
         )
         try:
@@ -377,8 +383,8 @@ class TaskHandler(RequestHandler):
             if len(pending) > 1:
                 raise InvalidParamsError(
                     "several calls wait for approval: name one with a data part "
-                    '{"decision": ..., "call_id": ...}',
-                    {"errors": [{"field": "message.parts", "message": "name the call_id"}]},
+                    '{"decision": ..., "callId": ...}',
+                    {"errors": [{"field": "message.parts", "message": "name the callId"}]},
                 )
             (call_id,) = pending
         await self._agent.decide(principal, context_id, call_id, decision)
@@ -539,7 +545,7 @@ class TaskHandler(RequestHandler):
 
     def _config_of(self, run: RunRecord) -> a2a_pb2.TaskPushNotificationConfig:
         return a2a_pb2.TaskPushNotificationConfig(
-            id=run.run_id, task_id=run.run_id, url=run.callback_url, token=run.callback_token
+            id=_config_id(run), task_id=run.run_id, url=run.callback_url, token=run.callback_token
         )
 
     @validate_request_params
@@ -551,23 +557,26 @@ class TaskHandler(RequestHandler):
         url, token, authorization = self._push_config(params, "")
         run = await self._runs.get(principal, params.task_id)
         same = (run.callback_url, run.callback_token, bool(run.callback_auth))
-        if same == (url, token, bool(authorization)):
+        if same == (url, token, bool(authorization)) and params.id in ("", _config_id(run)):
             return self._config_of(run)  # the one it has: safe to retry
-        if run.state.finished:
-            raise UnsupportedOperationError(
-                f"task {run.run_id} is {run.state.name.lower()}: a push notification tells "
-                "a task's end, which has come"
-            )
         if run.callback_url:
             raise UnsupportedOperationError(
                 "a task has one push notification config; delete it to set another"
             )
+        # On a finished task the config is kept and shown, as the spec's Create allows;
+        # it has nothing to deliver: a task's end is its last update.
         if not await self._runs.set_callback(
-            principal, run.run_id, url, shape=SHAPE, token=token, authorization=authorization
+            principal,
+            run.run_id,
+            url,
+            shape=SHAPE,
+            token=token,
+            authorization=authorization,
+            callback_id=params.id,
+            after_end=True,
         ):
             raise UnsupportedOperationError(
-                f"task {run.run_id} finished, or was given another push notification config, "
-                "meanwhile"
+                f"task {run.run_id} was given another push notification config meanwhile"
             )
         return self._config_of(await self._runs.get(principal, run.run_id))
 
@@ -578,7 +587,7 @@ class TaskHandler(RequestHandler):
     ) -> a2a_pb2.TaskPushNotificationConfig:
         principal = _principal(context)
         run = await self._runs.get(principal, params.task_id)
-        if not run.callback_url or (params.id and params.id != run.run_id):
+        if not run.callback_url or (params.id and params.id != _config_id(run)):
             raise TaskNotFoundError(
                 f"task {params.task_id} has no push notification config {params.id!r}"
             )
@@ -605,14 +614,12 @@ class TaskHandler(RequestHandler):
     ) -> None:
         principal = _principal(context)
         run = await self._runs.get(principal, params.task_id)
-        if not run.callback_url or (params.id and params.id != run.run_id):
-            raise TaskNotFoundError(
-                f"task {params.task_id} has no push notification config {params.id!r}"
-            )
-        if run.state.finished or not await self._runs.set_callback(principal, run.run_id, ""):
+        if not run.callback_url or (params.id and params.id != _config_id(run)):
+            return  # gone already: deleting is idempotent (the task exists)
+        if not await self._runs.set_callback(principal, run.run_id, "", after_end=True):
             raise UnsupportedOperationError(
-                f"task {run.run_id} has finished: its push notification is being or has been "
-                "delivered"
+                f"task {run.run_id} has finished and its push notification is being "
+                "delivered; delete the config once that is done"
             )
 
     # -- the card ---------------------------------------------------------------------

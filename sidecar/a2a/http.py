@@ -18,8 +18,10 @@ binding as one ASGI application, behind the shared :class:`~sidecar.http.Door`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -30,7 +32,7 @@ from a2a.server.routes import create_agent_card_routes, create_rest_routes
 from a2a.server.routes.common import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import a2a_pb2
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.constants import A2A_JSON_MEDIA_TYPE, AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError, InternalError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -49,7 +51,8 @@ MAX_DEPTH = 64
 and data parts rarely more than ten)."""
 CARD_CACHE = "public, max-age=300"
 """The card changes only with a restart: callers may keep it five minutes."""
-_JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
+_JSON_TYPES = frozenset({"application/json", A2A_JSON_MEDIA_TYPE})
+_JSON_BYTES = frozenset(t.encode() for t in _JSON_TYPES)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -124,11 +127,20 @@ class _Bodies:
         path = scope.get("path", "")
         rpc = path in self._jsonrpc
         rest = self._rest is not None and path.startswith(self._rest + "/")
-        if scope["type"] != "http" or scope["method"] != "POST" or not (rpc or rest):
+        if scope["type"] != "http" or not (rpc or rest):
             await self._app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if rest:
+            send = _answering_in(_media_wanted(media, headers.get("accept", "")), send)
+        if scope["method"] != "POST":
+            await self._app(scope, receive, send)
+            return
+        if rpc and media and media not in _JSON_TYPES:
+            text = f"the body is {media!r}; send application/json"
+            await _send(send, 200, _jsonrpc_body(-32005, text))  # ContentTypeNotSupported
+            return
         if rest and media and media not in _JSON_TYPES:
             await _send(
                 send,
@@ -179,6 +191,34 @@ class _Bodies:
             return await receive()
 
         await self._app(scope, replay, send)
+
+
+def _media_wanted(media: str, accept: str) -> bytes:
+    """The media type of an HTTP+JSON answer. The spec says both: its binding's table
+    ``application/json`` (11.1), its registration and examples ``application/a2a+json``
+    (14.1), which the SDK sends. A caller that names ``application/a2a+json`` (in
+    ``Accept`` or as its body's type) gets it; every other caller ``application/json``."""
+    named = media == A2A_JSON_MEDIA_TYPE or A2A_JSON_MEDIA_TYPE in accept.lower()
+    return (A2A_JSON_MEDIA_TYPE if named else "application/json").encode()
+
+
+def _answering_in(wanted: bytes, send: Send) -> Send:
+    """``send`` with a JSON answer's ``content-type`` set to ``wanted`` (an event stream,
+    or any other type, passes as it is)."""
+
+    async def sending(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [
+                (k, wanted if k.lower() == b"content-type" and _is_json(v) else v)
+                for k, v in message.get("headers", [])
+            ]
+        await send(message)
+
+    return sending
+
+
+def _is_json(value: bytes) -> bool:
+    return value.split(b";", 1)[0].strip().lower() in _JSON_BYTES
 
 
 def _problem(body: bytes, *, rpc: bool) -> tuple[int, str] | None:
@@ -267,6 +307,39 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
+def _dated(routes: list[Route]) -> list[Route]:
+    """The card's routes with ``Last-Modified``: the card is made once, when the listener
+    starts, so that is when it last changed. ``If-Modified-Since`` gets a 304 as an
+    ``If-None-Match`` that hits does (which, when sent, decides alone: RFC 9110, 13.2.2)."""
+    made = int(time.time())
+    stamp = formatdate(made, usegmt=True)
+
+    def dated(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+        async def serve(request: Request) -> Response:
+            response = await endpoint(request)
+            response.headers["Last-Modified"] = stamp
+            since = request.headers.get("if-modified-since")
+            if response.status_code == 200 and since and "if-none-match" not in request.headers:
+                try:
+                    unchanged = parsedate_to_datetime(since).timestamp() >= made
+                except (TypeError, ValueError):
+                    unchanged = False  # an unreadable date is ignored, as RFC 9110 says
+                if unchanged:
+                    return Response(status_code=304, headers=_validators(response))
+            return response
+
+        return serve
+
+    return [
+        Route(r.path, endpoint=dated(r.endpoint), methods=list(r.methods or ())) for r in routes
+    ]
+
+
+def _validators(response: Response) -> dict[str, str]:
+    keep = ("etag", "cache-control", "last-modified")
+    return {k: v for k, v in response.headers.items() if k in keep}
+
+
 def application(
     handler: RequestHandler,
     card: a2a_pb2.AgentCard,
@@ -280,7 +353,7 @@ def application(
     with ``rest_prefix``, HTTP+JSON; bodies checked. The caller wraps it in the door."""
     dispatcher = _Dispatcher(request_handler=handler, context_builder=context_builder)
     routes: list[BaseRoute] = [
-        *create_agent_card_routes(card, cache_control=CARD_CACHE),
+        *_dated(create_agent_card_routes(card, cache_control=CARD_CACHE)),
         Route(jsonrpc_path, endpoint=dispatcher.handle_requests, methods=["POST"]),
         Route(jsonrpc_path + "/", endpoint=dispatcher.handle_requests, methods=["POST"]),
     ]

@@ -10,8 +10,8 @@ stored event           A2A event
 =====================  =============================================================
 ``run_started``        status update WORKING
 ``text_delta``         artifact update of the ``answer`` artifact, appended
-``tool_call_started``  status update WORKING, a message with a ``tool_call`` data part
-``tool_call_finished`` status update WORKING, a message with a ``tool_result`` data part
+``tool_call_started``  status update WORKING, a message with a ``toolCall`` data part
+``tool_call_finished`` status update WORKING, a message with a ``toolResult`` data part
 ``approval_required``  status update INPUT_REQUIRED, a message asking for a decision
 ``run_finished``       the ``answer`` artifact whole (a data part when the answer is
                        JSON), then the final status update
@@ -101,11 +101,11 @@ def approval_request(
     task_id: str, context_id: str, pending: list[tuple[str, str, str, bool]]
 ) -> a2a_pb2.Message:
     """The message of an INPUT_REQUIRED status: what waits for approval, and how to
-    answer (``call_id, tool_name, arguments, destructive`` for each call)."""
+    answer (``callId, toolName, arguments, destructive`` for each call)."""
     calls = [
         {
-            "call_id": call_id,
-            "tool_name": tool,
+            "callId": call_id,
+            "toolName": tool,
             "arguments": arguments,
             "destructive": destructive,
         }
@@ -117,8 +117,8 @@ def approval_request(
         context_id,
         f"approval required for {names}: answer with a message on this task whose text is "
         '\'approve\' or \'deny\' (or a data part {"decision": "approve"|"deny", '
-        '"call_id": ..., "reason": ...})',
-        {"approval_required": calls},
+        '"callId": ..., "reason": ...})',
+        {"approvalRequired": calls},
     )
 
 
@@ -146,12 +146,12 @@ def _metadata(result: agent_pb2.RunResult) -> struct_pb2.Struct:
     usage = result.usage
     return _struct(
         {
-            "stop_reason": _STOP_REASONS.get(result.stop_reason, "unspecified"),
+            "stopReason": _STOP_REASONS.get(result.stop_reason, "unspecified"),
             "steps": result.steps,
-            "tool_calls": result.tool_calls,
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "cost_usd": result.cost.total_usd,
+            "toolCalls": result.tool_calls,
+            "promptTokens": usage.prompt_tokens,
+            "completionTokens": usage.completion_tokens,
+            "costUsd": result.cost.total_usd,
         }
     )
 
@@ -261,10 +261,10 @@ class EventReader:
                     self.context_id,
                     "",
                     {
-                        "tool_call": {
+                        "toolCall": {
                             "step": call.step,
-                            "call_id": call.call_id,
-                            "tool_name": call.tool_name,
+                            "callId": call.call_id,
+                            "toolName": call.tool_name,
                             "arguments": call.arguments,
                         }
                     },
@@ -279,10 +279,10 @@ class EventReader:
                     self.context_id,
                     "",
                     {
-                        "tool_result": {
+                        "toolResult": {
                             "step": done.step,
-                            "call_id": done.call_id,
-                            "tool_name": done.tool_name,
+                            "callId": done.call_id,
+                            "toolName": done.tool_name,
                             "status": agent_pb2.ToolCallStatus.Name(done.status)
                             .removeprefix("TOOL_CALL_STATUS_")
                             .lower(),

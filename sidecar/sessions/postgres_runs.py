@@ -94,12 +94,13 @@ ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS request_id text NOT NULL DEFAULT
 ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS message_id text NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX IF NOT EXISTS agent_runs_by_request ON agent_runs (principal, request_id)
     WHERE request_id <> '';
+ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS callback_id text NOT NULL DEFAULT '';
 """
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token, callback_auth, request_id, message_id"
+    " callback_shape, callback_token, callback_auth, request_id, message_id, callback_id"
 )
 _LIGHT = _COLUMNS.replace("result,", "''::bytea AS result,").replace(
     "checkpoint,", "''::bytea AS checkpoint,"
@@ -175,6 +176,7 @@ def _record(row: asyncpg.Record) -> RunRecord:
         callback_auth=bytes(row["callback_auth"]),
         request_id=row["request_id"],
         message_id=row["message_id"],
+        callback_id=row["callback_id"],
     )
 
 
@@ -311,10 +313,10 @@ class PostgresRunStore:
                     "INSERT INTO agent_runs (run_id, session_id, principal, input, structured,"
                     " state, create_time, update_time, callback_url, callback_status, attempts,"
                     " owner, lease_until, callback_shape, callback_token, callback_auth,"
-                    " request_id, message_id)"
+                    " request_id, message_id, callback_id)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
                     " CASE WHEN $12::text IS NULL THEN NULL"
-                    " ELSE now() + make_interval(secs => $13) END, $14, $15, $16, $17, $18)"
+                    " ELSE now() + make_interval(secs => $13) END, $14, $15, $16, $17, $18, $19)"
                     " RETURNING ordinal",
                     run.run_id,
                     run.session_key,
@@ -334,6 +336,7 @@ class PostgresRunStore:
                     run.callback_auth,
                     run.request_id,
                     run.message_id,
+                    run.callback_id,
                 )
             except asyncpg.ForeignKeyViolationError:
                 raise SessionNotFound(run.session_key) from None
@@ -514,12 +517,22 @@ class PostgresRunStore:
                 await _notify(conn, f"c:{run_id}")
 
     async def set_callback(
-        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+        self,
+        run_id: str,
+        url: str,
+        shape: str,
+        token: str,
+        auth: bytes = b"",
+        *,
+        callback_id: str = "",
+        after_end: bool = False,
     ) -> bool:
         status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
         done = await self._pool.execute(
             "UPDATE agent_runs SET callback_url = $2, callback_shape = $3, callback_token = $4,"
-            " callback_status = $5, callback_auth = $6 WHERE run_id = $1 AND end_time = 0"
+            " callback_auth = $6, callback_id = $7,"
+            " callback_status = CASE WHEN end_time = 0 THEN $5 ELSE callback_status END"
+            " WHERE run_id = $1 AND (end_time = 0 OR ($8 AND callback_status <> $9))"
             " AND ($2 = '' OR callback_url IN ('', $2))",
             run_id,
             url,
@@ -527,6 +540,9 @@ class PostgresRunStore:
             token,
             status,
             auth,
+            callback_id,
+            after_end,
+            int(CallbackStatus.PENDING),
         )
         return bool(done != "UPDATE 0")
 

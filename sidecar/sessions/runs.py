@@ -201,10 +201,23 @@ class RunStore(Protocol):
         ...
 
     async def set_callback(
-        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+        self,
+        run_id: str,
+        url: str,
+        shape: str,
+        token: str,
+        auth: bytes = b"",
+        *,
+        callback_id: str = "",
+        after_end: bool = False,
     ) -> bool:
         """Name the unfinished run's completion callback (``url`` empty: none), with its
-        sealed credentials; False when the run has finished, or names another callback."""
+        sealed credentials and the id its caller gave it; False when the run has
+        finished, or names another callback.
+
+        With ``after_end``, a finished run's callback is named or dropped too, unless its
+        delivery is still under way: one named then has nothing to deliver (its status
+        stays what the run's end made it)."""
         ...
 
     async def decide(self, run_id: str, call_id: str, approved: bool, reason: str) -> bool:
@@ -499,17 +512,29 @@ class MemoryRunStore:
             held.record.cancel_requested = True
 
     async def set_callback(
-        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+        self,
+        run_id: str,
+        url: str,
+        shape: str,
+        token: str,
+        auth: bytes = b"",
+        *,
+        callback_id: str = "",
+        after_end: bool = False,
     ) -> bool:
         held = self._live(run_id)
-        if held is None or held.record.end_time > 0:
+        if held is None:
             return False
         record = held.record
+        finished = record.end_time > 0
+        if finished and (not after_end or record.callback_status is CallbackStatus.PENDING):
+            return False
         if url and record.callback_url not in ("", url):
             return False
         record.callback_url, record.callback_shape, record.callback_token = url, shape, token
-        record.callback_auth = auth
-        record.callback_status = CallbackStatus.PENDING if url else CallbackStatus.NONE
+        record.callback_auth, record.callback_id = auth, callback_id
+        if not finished:
+            record.callback_status = CallbackStatus.PENDING if url else CallbackStatus.NONE
         return True
 
     async def cancel_submitted(self, run_id: str, *, result: bytes, event: bytes) -> bool:

@@ -45,6 +45,7 @@ from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, 
 from sidecar.sessions.sqlite_db import transaction, upsert_turn
 from sidecar.sessions.sqlite_runs import (
     ACTIVE,
+    RUNS_CALLBACK_ID,
     RUNS_CALLBACK_SHAPE,
     RUNS_REQUEST_ID,
     RUNS_SCHEMA,
@@ -56,7 +57,7 @@ from sidecar.types import Session, Turn
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
@@ -104,6 +105,7 @@ CREATE TABLE pending_turns (
     + _SPEND
     + RUNS_CALLBACK_SHAPE
     + RUNS_REQUEST_ID
+    + RUNS_CALLBACK_ID
 )
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
@@ -131,6 +133,8 @@ DROP INDEX turns_by_session;
     4: RUNS_CALLBACK_SHAPE,
     # 5 → 6: the caller's key of the request that started a run (StartRun, A2A messageId).
     5: RUNS_REQUEST_ID,
+    # 6 → 7: the id a caller gave a run's callback (A2A push configs).
+    6: RUNS_CALLBACK_ID,
 }
 
 

@@ -84,11 +84,15 @@ CREATE UNIQUE INDEX runs_by_request ON runs (principal, request_id) WHERE reques
 """
 """Schema 6: the caller's key of the request that started a run, unique per principal,
 and the id it gave its input."""
+RUNS_CALLBACK_ID = """
+ALTER TABLE runs ADD COLUMN callback_id TEXT NOT NULL DEFAULT '';
+"""
+"""Schema 7: the id a caller gave a run's callback (an A2A push config's)."""
 _COLUMNS = (
     "ordinal, run_id, session_id, principal, input, structured, state, create_time,"
     " update_time, end_time, last_sequence, result, pending, callback_url, callback_status,"
     " callback_attempts, attempts, checkpoint, checkpoint_step, unsafe_step, cancel_requested,"
-    " callback_shape, callback_token, callback_auth, request_id, message_id"
+    " callback_shape, callback_token, callback_auth, request_id, message_id, callback_id"
 )
 _LIGHT = _COLUMNS.replace("result,", "x'',").replace("checkpoint,", "x'',")
 """The columns of a listing: no result, no checkpoint."""
@@ -122,6 +126,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         callback_auth=bytes(row[23]),
         request_id=row[24],
         message_id=row[25],
+        callback_id=row[26],
     )
 
 
@@ -260,8 +265,8 @@ class SqliteRunStore:
                 cursor = db.execute(
                     "INSERT INTO runs (run_id, session_id, principal, input, structured, state,"
                     " create_time, update_time, callback_url, callback_status, attempts, owner,"
-                    " callback_shape, callback_token, callback_auth, request_id, message_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " callback_shape, callback_token, callback_auth, request_id, message_id,"
+                    " callback_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.run_id,
                         run.session_key,
@@ -280,6 +285,7 @@ class SqliteRunStore:
                         run.callback_auth,
                         run.request_id,
                         run.message_id,
+                        run.callback_id,
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -480,15 +486,37 @@ class SqliteRunStore:
         )
 
     async def set_callback(
-        self, run_id: str, url: str, shape: str, token: str, auth: bytes = b""
+        self,
+        run_id: str,
+        url: str,
+        shape: str,
+        token: str,
+        auth: bytes = b"",
+        *,
+        callback_id: str = "",
+        after_end: bool = False,
     ) -> bool:
         status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
         cursor = await self._sessions.execute_write(
             lambda: self._db().execute(
                 "UPDATE runs SET callback_url = ?, callback_shape = ?, callback_token = ?,"
-                " callback_auth = ?, callback_status = ? WHERE run_id = ? AND end_time = 0"
+                " callback_auth = ?, callback_id = ?,"
+                " callback_status = CASE WHEN end_time = 0 THEN ? ELSE callback_status END"
+                " WHERE run_id = ? AND (end_time = 0 OR (? AND callback_status != ?))"
                 " AND (? = '' OR callback_url IN ('', ?))",
-                (url, shape, token, auth, status, run_id, url, url),
+                (
+                    url,
+                    shape,
+                    token,
+                    auth,
+                    callback_id,
+                    status,
+                    run_id,
+                    after_end,
+                    int(CallbackStatus.PENDING),
+                    url,
+                    url,
+                ),
             )
         )
         return bool(cursor.rowcount)

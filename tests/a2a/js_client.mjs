@@ -108,7 +108,7 @@ report('blocking', {
   contextId: answered.contextId,
   state: stateName(answered.status),
   answer: text(answered.artifacts[0].parts),
-  toolCalls: answered.metadata?.tool_calls,
+  toolCalls: answered.metadata?.toolCalls,
   history: text(answered.history[0].parts),
 });
 

@@ -6,6 +6,7 @@ tasks, and bad input answered with the spec's errors while the sidecar keeps ser
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -65,7 +66,7 @@ async def test_a_blocking_message_answers_with_the_completed_task(
         assert task.id and task.context_id
         (answer,) = task.artifacts
         assert _text(answer.parts).endswith("all three were read")
-        assert task.metadata["tool_calls"] == 3
+        assert task.metadata["toolCalls"] == 3
         assert task.history[0].parts[0].text == "three slow reads please"
         # The same context goes on: the session remembers, and the task is found again.
         again = user_message("two reads", context_id=task.context_id)
@@ -109,7 +110,7 @@ async def test_a_streamed_message_streams_tool_progress_and_the_answer(
         p.data.struct_value for s in statuses for p in s.status.message.parts if p.HasField("data")
     ]
     kinds = [next(iter(d.fields)) for d in progress]
-    assert kinds.count("tool_call") == 3 and kinds.count("tool_result") == 3
+    assert kinds.count("toolCall") == 3 and kinds.count("toolResult") == 3
     artifacts = [e.artifact_update for e in events if e.HasField("artifact_update")]
     assert artifacts[-1].last_chunk and not artifacts[-1].append
     assert _text(artifacts[-1].artifact.parts).endswith("all three were read")
@@ -176,8 +177,8 @@ async def test_an_approval_is_input_required_and_a_follow_up_message_answers_it(
         task = waiting.task
         assert task.status.state == S.TASK_STATE_INPUT_REQUIRED
         (asked,) = [p for p in task.status.message.parts if p.HasField("data")]
-        (call,) = asked.data.struct_value["approval_required"]
-        assert call["tool_name"] == "refund"
+        (call,) = asked.data.struct_value["approvalRequired"]
+        assert call["toolName"] == "refund"
         # A message that neither approves nor denies is refused; the task still waits.
         vague = user_message("maybe later", task_id=task.id, context_id=task.context_id)
         with pytest.raises(InvalidParamsError):
@@ -243,7 +244,7 @@ async def test_a_push_notification_is_the_a2a_task_with_its_token_and_signed(
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-async def test_a_push_config_is_set_and_dropped_while_the_task_runs_and_delivered_at_its_end(
+async def test_a_push_config_is_set_dropped_delivered_at_the_end_and_kept_after_it(
     card: a2a_pb2.AgentCard, binding: str
 ) -> None:
     def config(task_id: str, url: str, token: str = "") -> a2a_pb2.TaskPushNotificationConfig:
@@ -274,12 +275,41 @@ async def test_a_push_config_is_set_and_dropped_while_the_task_runs_and_delivere
         answer = user_message("approve", task_id=task.id, context_id=task.context_id)
         (done,) = await collect(client.send_message(answer))
         (delivery,) = await hook.wait(1)
-        with pytest.raises(UnsupportedOperationError):  # its end has come
-            await client.create_task_push_notification_config(config(task.id, hook.url, "x"))
-        with pytest.raises(UnsupportedOperationError):
-            await client.delete_task_push_notification_config(
-                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=task.id)
+        with pytest.raises(UnsupportedOperationError):  # still one config per task
+            await client.create_task_push_notification_config(
+                config(task.id, hook.url + "/other", "x")
             )
+        # A finished task keeps its configs as the spec says: deleted (once its delivery
+        # is recorded; twice is no error), then named again under the caller's id, and
+        # shown; it delivers nothing more, as the task has no more updates.
+        gone = a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=task.id)
+        for _ in range(100):
+            try:
+                await client.delete_task_push_notification_config(gone)
+                break
+            except UnsupportedOperationError:  # the delivery's outcome not yet stored
+                await asyncio.sleep(0.1)
+        await client.delete_task_push_notification_config(gone)
+        late = config(task.id, hook.url, "late")
+        late.id = "my-late-config"
+        named = await client.create_task_push_notification_config(late)
+        shown = await client.get_task_push_notification_config(
+            a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=task.id, id="my-late-config")
+        )
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task_push_notification_config(
+                a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=task.id, id=task.id)
+            )
+        listed = await client.list_task_push_notification_configs(
+            a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        with pytest.raises(TaskNotFoundError):  # the task must exist
+            await client.delete_task_push_notification_config(
+                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id="no-such-task", id="x")
+            )
+    assert (named.id, named.url, named.token) == ("my-late-config", hook.url, "late")
+    assert shown == named and list(listed.configs) == [named]
+    assert len(hook.deliveries) == 1
     assert first == again and (first.id, first.url, first.token) == (task.id, hook.url, "a")
     assert list(emptied.configs) == []
     assert done.task.status.state == S.TASK_STATE_COMPLETED

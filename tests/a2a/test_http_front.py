@@ -6,6 +6,7 @@ while the listener keeps serving."""
 
 from __future__ import annotations
 
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -76,6 +77,34 @@ def test_every_route_but_the_card_needs_credentials_and_tenant_paths_are_refused
         assert named.json()["error"]["code"] == -32602
 
 
+def test_the_card_can_be_revalidated_by_its_etag_or_its_date(base: str) -> None:
+    with httpx.Client(base_url=base, timeout=30) as http:
+        card = http.get("/.well-known/agent-card.json")
+        assert card.status_code == 200
+        made = parsedate_to_datetime(card.headers["last-modified"])
+        assert card.headers["etag"]
+        stamp = card.headers["last-modified"]
+        for validators in (
+            {"if-none-match": card.headers["etag"]},
+            {"if-modified-since": stamp},
+            {"if-modified-since": formatdate(made.timestamp() + 60, usegmt=True)},
+        ):
+            unchanged = http.get("/.well-known/agent-card.json", headers=validators)
+            assert unchanged.status_code == 304, validators
+            assert unchanged.content == b""
+            assert unchanged.headers["last-modified"] == stamp
+            assert unchanged.headers["etag"] == card.headers["etag"]
+        for validators in (
+            {"if-modified-since": formatdate(made.timestamp() - 60, usegmt=True)},
+            {"if-modified-since": "not a date"},
+            # An ETag that misses decides alone, whatever the date says.
+            {"if-none-match": '"other"', "if-modified-since": stamp},
+        ):
+            again = http.get("/.well-known/agent-card.json", headers=validators)
+            assert again.status_code == 200, validators
+            assert again.json() == card.json()
+
+
 def test_a_rebound_host_or_a_foreign_origin_is_refused_on_a_loopback_listener(
     base: str,
 ) -> None:
@@ -112,6 +141,34 @@ def test_json_rpc_takes_the_cards_url_with_a_trailing_slash_and_http_json_wants_
         )
         assert text.status_code == 415
         assert text.json()["error"]["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
+        # JSON-RPC says it in its own terms: ContentTypeNotSupportedError, whatever the body.
+        for body in (b"hello", b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}'):
+            rpc = http.post("/a2a/jsonrpc", content=body, headers={"content-type": "text/plain"})
+            assert rpc.status_code == 200
+            assert rpc.json()["error"]["code"] == -32005, rpc.text
+
+
+def test_http_json_answers_in_the_media_type_the_caller_named(base: str) -> None:
+    """application/json unless the caller names application/a2a+json (the spec names
+    both): by Accept, or as its body's type; refusals too, and an event stream stays one."""
+    a2a = "application/a2a+json"
+    with httpx.Client(base_url=base, timeout=30, headers={**AUTH, "a2a-version": "1.0"}) as http:
+        for headers, wanted in [
+            ({}, "application/json"),
+            ({"accept": "application/json"}, "application/json"),
+            ({"accept": a2a}, a2a),
+            ({"accept": f"{a2a}, application/json;q=0.5"}, a2a),
+        ]:
+            listed = http.get("/a2a/rest/tasks", headers=headers)
+            assert listed.status_code == 200, listed.text
+            assert listed.headers["content-type"].split(";")[0] == wanted, headers
+            missing = http.get("/a2a/rest/tasks/no-such-task", headers=headers)
+            assert missing.status_code == 404
+            assert missing.headers["content-type"].split(";")[0] == wanted, headers
+        for media in ("application/json", a2a):
+            bad = http.post("/a2a/rest/message:send", content=b"{", headers={"content-type": media})
+            assert bad.status_code == 400
+            assert bad.headers["content-type"].split(";")[0] == media
 
 
 def test_a_context_with_no_tasks_lists_an_empty_page_and_a_negative_page_size_is_invalid(

@@ -72,8 +72,8 @@ async def test_the_javascript_sdk_client_drives_the_sidecar_over_json_rpc(
 
     streamed = seen["streamed"]
     assert streamed["first"] == "task" and len(streamed["taskIds"]) == 1
-    assert streamed["progress"].count("tool_call") == 3
-    assert streamed["progress"].count("tool_result") == 3
+    assert streamed["progress"].count("toolCall") == 3
+    assert streamed["progress"].count("toolResult") == 3
     assert streamed["lastChunk"] and streamed["answer"].endswith("all three were read")
     assert streamed["final"] == "TASK_STATE_COMPLETED"
 

@@ -46,10 +46,21 @@ def test_the_sidecar_passes_every_tck_test_that_applies(tmp_path: Path) -> None:
         config: dict[str, Any] = sidecar_config(
             sim,
             [{"name": "scripted", "address": tools.address}],
-            background=BACKGROUND,
+            # The TCK's push configs name https://example.com on finished tasks (never
+            # delivered: a finished task has no more updates), its webhook receiver
+            # localhost.
+            background={
+                **BACKGROUND,
+                "callbacks": {
+                    **BACKGROUND["callbacks"],
+                    "allowed_hosts": ["127.0.0.1", "localhost", "example.com"],
+                    "secret_env": "TCK_CALLBACK_SECRET",
+                },
+            },
             a2a={"skills": A2A_SKILLS, "http": {"port": 0}},
         )
-        with sidecar(config, tmp_path / "sidecar") as side:
+        env = {"TCK_CALLBACK_SECRET": "tck-callback-secret"}
+        with sidecar(config, tmp_path / "sidecar", env=env) as side:
             base = "http://" + side.announced("a2a http on ")
             report = tmp_path / "tck.xml"
             run = subprocess.run(

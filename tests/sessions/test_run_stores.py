@@ -193,6 +193,47 @@ async def test_a_callback_is_named_or_dropped_only_while_the_run_is_unfinished(
     finished = await runs.get(run.run_id)
     assert finished is not None and finished.callback_url == "https://h/b"
     assert finished.callback_status is CallbackStatus.PENDING  # its owner delivers it
+    # After the end (A2A's push configs): not while the delivery is under way ...
+    assert not await runs.set_callback(run.run_id, "", "", "", after_end=True)
+    await runs.callback_done(run.run_id, "me", status=CallbackStatus.DELIVERED, attempts=1)
+    # ... then dropped and named again, the delivery's outcome kept and nothing due.
+    assert await runs.set_callback(run.run_id, "", "", "", after_end=True)
+    assert await runs.set_callback(
+        run.run_id, "https://h/c", "a2a", "t3", callback_id="cfg-1", after_end=True
+    )
+    assert not await runs.set_callback(run.run_id, "https://h/d", "", "", after_end=True)
+    late = await runs.get(run.run_id)
+    assert late is not None
+    assert (late.callback_url, late.callback_token, late.callback_id) == (
+        "https://h/c",
+        "t3",
+        "cfg-1",
+    )
+    assert late.callback_status is CallbackStatus.DELIVERED
+    assert await runs.claim("me", 10) == []  # nothing to deliver
+
+
+@pytest.mark.parametrize("open_store", ALL, indirect=True)
+async def test_a_callback_named_after_a_run_ended_without_one_is_kept_and_never_due(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
+    run = _run(await _session(store))
+    await store.runs.submit(run, owner="me", bounds=BOUNDS)
+    runs = store.runs
+    assert await runs.finish(
+        run.run_id, "me", 1, state=RunState.COMPLETED, result=b"r", events=[], turn=None
+    )
+    assert await runs.set_callback(
+        run.run_id, "https://h/a", "a2a", "t", callback_id="mine", after_end=True
+    )
+    kept = await runs.get(run.run_id)
+    assert kept is not None and (kept.callback_url, kept.callback_id) == ("https://h/a", "mine")
+    assert kept.callback_status is CallbackStatus.NONE
+    assert await runs.claim("other", 10) == []
+    assert await runs.set_callback(run.run_id, "", "", "", after_end=True)
+    gone = await runs.get(run.run_id)
+    assert gone is not None and gone.callback_url == "" and gone.callback_id == ""
 
 
 @pytest.mark.parametrize("open_store", ALL, indirect=True)

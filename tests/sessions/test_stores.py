@@ -420,7 +420,7 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     finally:
         await store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 6
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 7
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
     assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs
@@ -430,6 +430,7 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     assert "runs_by_request" in indexes  # schema 6: a run's request id, unique per principal
     columns = {row[1] for row in check.execute("PRAGMA table_info(runs)")}
     assert {"request_id", "message_id"} <= columns
+    assert "callback_id" in columns  # schema 7: the id a caller gave a run's callback
     check.close()
 
 

@@ -193,6 +193,7 @@ class BackgroundRuns:
         callback_shape: str = "",
         callback_token: str = "",
         callback_authorization: str = "",
+        callback_id: str = "",
         request_id: str = "",
         message_id: str = "",
         problems: Sequence[FieldViolation] = (),
@@ -206,6 +207,7 @@ class BackgroundRuns:
             callback_token: Sent back with the callback (``X-A2A-Notification-Token``).
             callback_authorization: An ``Authorization`` header the callback presents to
                 its receiver; kept sealed under the principal's callback secret.
+            callback_id: The id the caller gave the callback (an A2A push config's).
             request_id: The caller's key for this request (empty: none): a repeat of the
                 same request returns the run the first one started.
             message_id: The id the caller gave its input (an A2A ``messageId``).
@@ -234,6 +236,7 @@ class BackgroundRuns:
             url_problems(callback_url) if callback_url else (),
             request_id_problems(request_id),
             request_id_problems(message_id, "message.message_id"),
+            request_id_problems(callback_id, "callback_id"),
         )
         snapshot = self._snapshot()
         key = principal.key(session_id)
@@ -264,6 +267,7 @@ class BackgroundRuns:
             callback_token=callback_token,
             callback_auth=self._sealed(principal, run_id, callback_authorization),
             callback_status=CallbackStatus.PENDING if callback_url else CallbackStatus.NONE,
+            callback_id=callback_id if callback_url else "",
             request_id=request_id,
             message_id=message_id,
         )
@@ -425,12 +429,21 @@ class BackgroundRuns:
         shape: str = "",
         token: str = "",
         authorization: str = "",
+        callback_id: str = "",
+        after_end: bool = False,
     ) -> bool:
         """Name (``url``) or drop (empty) the principal's unfinished run's completion
         callback, under the rules of a callback named at the start.
 
+        Args:
+            callback_id: The id the caller gives the callback (an A2A push config's).
+            after_end: A finished run's callback may be named or dropped too, unless it
+                is being delivered: one named then has nothing to deliver (A2A's push
+                configs, which a task keeps whatever its state).
+
         Returns:
-            False when the run has finished, or names another callback.
+            False when the run has finished (without ``after_end``, or while its
+            callback is being delivered), or names another callback.
 
         Raises:
             InvalidRequest, RunNotFound: as :meth:`get`.
@@ -438,7 +451,7 @@ class BackgroundRuns:
         """
         run = await self.get(principal, run_id)
         if url:
-            refuse(url_problems(url))
+            refuse(url_problems(url), request_id_problems(callback_id, "callback_id"))
             self._check_callback(principal, url)
         # The runner learns first: a run that finishes meanwhile then either finds the
         # callback in the store, or the store refuses it (and the runner forgets it).
@@ -446,7 +459,9 @@ class BackgroundRuns:
         runner = self._runner
         if runner is not None:
             runner.note_callback(run_id, url, shape, token, auth)
-        if not await self._store.set_callback(run_id, url, shape, token, auth):
+        if not await self._store.set_callback(
+            run_id, url, shape, token, auth, callback_id=callback_id, after_end=after_end
+        ):
             if runner is not None:
                 runner.note_callback(
                     run_id,
