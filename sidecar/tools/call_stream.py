@@ -58,6 +58,16 @@ _BATCH_BYTES = 1024 * 1024
 
 _UNTOLD = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 """What a failed write says when the stream's own status has not arrived yet."""
+_CORE_FAILURE = "Internal error from Core"
+"""The details of a status grpc's core made up itself when an operation on a call failed
+(the connection died under a write): no status of the server's."""
+
+
+def _transport_lost(code: grpc.StatusCode, details: str | None) -> bool:
+    """Whether a status says only that the connection failed, not what the server said."""
+    return code in _UNTOLD and (details or "").strip() in ("", _CORE_FAILURE)
+
+
 _STATUS_WAIT = 1.0
 """Seconds a failed write waits for the stream's status."""
 
@@ -121,6 +131,8 @@ class CallStream:
             # UNAUTHENTICATED when the server refused the sidecar's token, UNIMPLEMENTED
             # when it serves no stream after all.
             code = exc.code()
+            if _transport_lost(code, exc.details()):
+                code = grpc.StatusCode.UNAVAILABLE  # the connection broke: retried as such
             why = f"the call stream failed ({code.name}: {exc.details() or ''})"
         except asyncio.CancelledError:
             why = "the call stream was closed"
@@ -258,12 +270,14 @@ async def _ended_with(
     stream says UNIMPLEMENTED, and its calls must learn that, not UNAVAILABLE."""
     if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _UNTOLD:
         return exc.code(), exc.details() or ""
+    # A write that failed under a dying connection says INTERNAL ("Internal error from
+    # Core"), and so may the stream's status: either is the connection's loss, UNAVAILABLE.
     try:
         async with asyncio.timeout(_STATUS_WAIT):
             code = await stream.code()
             details = await stream.details()
     except (TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if code is None or code is grpc.StatusCode.OK:
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if code is None or code is grpc.StatusCode.OK or _transport_lost(code, details):
+        return grpc.StatusCode.UNAVAILABLE, details or str(exc)
     return code, details or str(exc)

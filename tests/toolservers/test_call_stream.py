@@ -187,6 +187,39 @@ async def test_a_server_that_dies_fails_the_calls_in_flight_at_once(tmp_path: An
         server.stop()
 
 
+async def test_calls_written_as_the_server_dies_fail_unavailable_never_internal() -> None:
+    """A write under a dying connection fails in grpc's core ("Internal error from Core"):
+    that is the connection's loss, UNAVAILABLE (retried as such), not the server's error."""
+    codes: set[grpc.StatusCode] = set()
+    for _ in range(8):
+        server = start_process([str(TOOLSERVER_FIXTURES), "--port", "0"])
+        try:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                stream = CallStream(tool_pb2_grpc.ToolServiceStub(channel), (), 4 * 1024 * 1024)
+                assert await output(stream, "echo_int", {"value": 7}) == 7
+
+                async def pump(stream: CallStream) -> None:
+                    while True:  # calls written all along, as the server is killed
+                        calls = [
+                            stream.call(request("echo_int", {"value": 1}), 5, ()) for _ in range(8)
+                        ]
+                        for done in await asyncio.gather(*calls, return_exceptions=True):
+                            if isinstance(done, grpc.aio.AioRpcError):
+                                codes.add(done.code())
+                        await asyncio.sleep(0)
+
+                pumping = asyncio.ensure_future(pump(stream))
+                await asyncio.sleep(0.05)
+                server.kill()
+                await asyncio.sleep(0.3)
+                pumping.cancel()
+                await asyncio.gather(pumping, return_exceptions=True)
+                await stream.close()
+        finally:
+            server.stop()
+    assert codes == {grpc.StatusCode.UNAVAILABLE}
+
+
 async def test_a_server_without_the_stream_gets_one_call_each() -> None:
     # The scripted tool server implements the protocol from the protos, without CallTools:
     # told (wrongly) that it streams, the connection learns otherwise and calls it unary.
