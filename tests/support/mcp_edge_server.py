@@ -18,6 +18,8 @@ revisions (2026-07-28 and the 2025 handshake), whichever the client speaks. Tool
 - ``add_tool``: offers a tool ``extra_NAME`` from now on, and says the list changed.
 - ``storm``: says the list changed ``count`` times.
 - ``long_line``: writes ``size`` bytes to stdout with no newline (stdio only).
+- ``unreadable``: answers its request with a line no JSON-RPC reader takes (stdio only):
+  ``how`` ``deep``, a result nested ``depth`` levels; ``broken``, JSON cut off.
 - ``listings``: how many times the tool list was asked for (its first page).
 
 ``--hostile`` adds tools that break the bridge's rules (names, schemas, lying
@@ -80,6 +82,7 @@ def _tools(args: argparse.Namespace, extra: list[str]) -> list[types.Tool]:
         _tool("add_tool", {"name": {"type": "string"}}),
         _tool("storm", {"count": {"type": "integer"}}),
         _tool("long_line", {"size": {"type": "integer"}}),
+        _tool("unreadable", {"how": {"type": "string"}, "depth": {"type": "integer"}}),
         _tool("listings", annotations=_READ),
     ]
     tools += [_tool(f"extra_{name}", annotations=_READ) for name in extra]
@@ -216,6 +219,16 @@ def build(args: argparse.Namespace) -> tuple[Server[Any], InMemorySubscriptionBu
             return types.CallToolResult(content=[text(text=str(listings[0]))])
         if name == "long_line":
             os.write(_WIRE[0], b"x" * int(a.get("size", 0)))
+            await anyio.sleep(3600)
+        if name == "unreadable":
+            head = b'{"jsonrpc":"2.0","id":' + json.dumps(ctx.request_id).encode() + b',"result":'
+            if a.get("how") == "deep":
+                depth = int(a.get("depth", 50_000))
+                body = b'{"content":[],"structuredContent":' + b'{"a":' * depth + b"1"
+                body += b"}" * (depth + 1) + b"}"
+            else:
+                body = b'{"content":[{"type":"text","text":"cut'
+            os.write(_WIRE[0], head + body + b"\n")
             await anyio.sleep(3600)
         raise ValueError(f"unknown tool {name}")
 

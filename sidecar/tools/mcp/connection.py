@@ -80,6 +80,7 @@ from sidecar.tools.mcp.tasks import (
     follow_task,
 )
 from sidecar.tools.mcp.transport import (
+    ANSWER_UNREADABLE,
     RESULT_TOO_LARGE,
     ServerExited,
     StdioTransport,
@@ -127,6 +128,14 @@ def _status(exc: MCPError) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.DEADLINE_EXCEEDED, message
     if code in (types.INVALID_PARAMS, types.INVALID_REQUEST, types.METHOD_NOT_FOUND):
         return grpc.StatusCode.INVALID_ARGUMENT, message
+    if code == ANSWER_UNREADABLE or (
+        code == types.PARSE_ERROR and exc.message.startswith("Failed to parse")
+    ):
+        # The SDK's own parse error (over HTTP) carries a validator's text: not for the model.
+        return grpc.StatusCode.INTERNAL, (
+            "the MCP server's answer could not be read (malformed JSON, a shape MCP does "
+            "not have, or nested too deep)"
+        )
     return grpc.StatusCode.INTERNAL, f"the MCP server failed ({code}): {message}"
 
 

@@ -31,6 +31,7 @@ from sidecar.config import McpServerConfig
 from sidecar.errors import StartupError
 
 __all__ = [
+    "ANSWER_UNREADABLE",
     "RESULT_TOO_LARGE",
     "ServerExited",
     "StdioTransport",
@@ -53,9 +54,14 @@ _ENDS = 512  # bytes kept of each end of an overlong line, to find the request i
 _ID = rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")'
 _HEAD_ID = re.compile(rb'^\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID + rb"\s*,")
 _TAIL_ID = re.compile(rb",\s*" + _ID + rb"\s*\}\s*$")
+_RESPONSE_HEAD = re.compile(
+    rb'^\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?(?:' + _ID + rb'\s*,\s*)?"(?:result|error)"\s*:'
+)
 RESULT_TOO_LARGE = -31001
 """The error the bridge answers in a server's stead when its answer is too large: outside
 JSON-RPC's and MCP's ranges, so no server's own error is mistaken for it."""
+ANSWER_UNREADABLE = -31002
+"""The error the bridge answers in a server's stead when its answer cannot be read."""
 
 
 def _answered_id(head: bytes, tail: bytes) -> int | str | None:
@@ -66,6 +72,28 @@ def _answered_id(head: bytes, tail: bytes) -> int | str | None:
         return None
     value = match.group(1).decode()
     return value[1:-1] if value.startswith('"') else int(value)
+
+
+def _unreadable_id(line: bytes) -> int | str | None:
+    """The id of the request an unreadable line answers, when the line begins as a
+    response does (``result`` or ``error`` before any ``method``: never a request or a
+    notification of the server's, whose ids are the server's own)."""
+    head = line[:_ENDS]
+    if _RESPONSE_HEAD.match(head) is None:
+        return None
+    return _answered_id(head, line[-_ENDS:])
+
+
+def _unreadable(request_id: int | str) -> types.JSONRPCMessage:
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(
+            code=ANSWER_UNREADABLE,
+            message="the server's answer is no MCP message the bridge can read (malformed "
+            "JSON, a shape MCP does not have, or nested too deep)",
+        ),
+    )
 
 
 def _too_large(request_id: int | str, limit: int) -> types.JSONRPCMessage:
@@ -210,6 +238,17 @@ class StdioTransport:
                     try:
                         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValueError:
+                        answered = _unreadable_id(line)
+                        if answered is not None:
+                            # Its request fails now rather than waiting out its timeout.
+                            log.warning(
+                                "MCP server %s answered a request with a message that cannot "
+                                "be read (%d bytes); the call fails",
+                                name,
+                                len(line),
+                            )
+                            await out.send(SessionMessage(_unreadable(answered)))
+                            continue
                         bad += 1
                         if bad <= _BAD_LINES_LOGGED:
                             log.warning(

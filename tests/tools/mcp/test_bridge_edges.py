@@ -114,6 +114,30 @@ async def test_a_result_over_the_bound_is_the_calls_error_and_the_server_keeps_s
     assert after["echo"].status == OK and after["echo"].content == "echo: still here"
 
 
+async def test_an_answer_the_bridge_cannot_read_fails_its_call_at_once_and_the_server_serves_on(
+    sim: ServerProcess, tmp_path: Path
+) -> None:
+    # A timeout far beyond the test's own bound: a call that waited it out fails the test.
+    config = sidecar_config(sim, [], mcp_servers=[edge(timeout=120.0, max_result_bytes=1 << 20)])
+    with sidecar(config, tmp_path) as side:
+        async with AgentClient(side.address) as client, asyncio.timeout(60):
+            session = await client.create_session()
+            await script_calls(
+                sim,
+                ("unreadable", {"how": "deep", "depth": 50_000}),
+                ("unreadable", {"how": "broken"}),
+            )
+            events = await streamed(client, session.session_id)
+            await script_calls(sim, ("echo", {"text": "still here"}))
+            after = finished_calls(await streamed(client, session.session_id))
+    finished = events_of(events, "tool_call_finished")
+    assert [f.status for f in finished] == [ERROR, ERROR]
+    for call in finished:
+        assert "could not be read" in call.content, call.content
+        assert "validation" not in call.content.lower()  # no validator's text
+    assert after["echo"].status == OK and after["echo"].content == "echo: still here"
+
+
 @pytest.mark.parametrize("tool", ["crash", "long_line"])
 async def test_a_server_that_dies_or_breaks_the_transport_mid_call_fails_that_call_and_is_restarted(
     sim: ServerProcess, tmp_path: Path, tool: str

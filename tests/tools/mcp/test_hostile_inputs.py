@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sidecar.config import McpServerConfig
 from sidecar.tools.mcp.descriptors import MAX_DESCRIPTION, tool_list
 from sidecar.tools.mcp.render import render
-from sidecar.tools.mcp.transport import _answered_id
+from sidecar.tools.mcp.transport import _answered_id, _unreadable_id
 
 pytestmark = pytest.mark.property
 
@@ -142,3 +142,35 @@ def test_an_overlong_answers_id_is_read_only_from_a_responses_own_places(
     assert _answered_id(head, tail) == request_id
     # Noise alone names no request (or, by chance, one; never an exception).
     _answered_id(noise[:512], noise[-512:])
+
+
+@given(
+    request_id=st.integers(min_value=-(10**17), max_value=10**17)
+    | st.text(alphabet="abcdef0123456789-", min_size=1, max_size=30),
+    kind=st.sampled_from(["result", "error", "method", "notification"]),
+    id_first=st.booleans(),
+    noise=st.binary(max_size=600),
+)
+def test_an_unreadable_line_fails_a_request_only_when_it_begins_as_a_response(
+    request_id: int | str, kind: str, id_first: bool, noise: bytes
+) -> None:
+    """A server's own request or notification that cannot be read never fails one of the
+    bridge's requests, whatever id it carries: the ids are the server's."""
+    encoded = json.dumps(request_id).encode()
+    key = (
+        b'"method":"x","params":'
+        if kind in ("method", "notification")
+        else b'"%s":' % (kind.encode())
+    )
+    named = kind != "notification"
+    if id_first and named:
+        line = b'{"jsonrpc":"2.0","id":' + encoded + b"," + key + b'{"a":' + noise
+    else:
+        line = b'{"jsonrpc":"2.0",' + key + b'{"a":' + noise + b"}"
+        if named:
+            line += b',"id":' + encoded + b"}"
+    found = _unreadable_id(line)
+    if kind in ("result", "error"):
+        assert found == request_id
+    else:
+        assert found is None
