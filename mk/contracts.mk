@@ -29,6 +29,7 @@ release-contract: $(BUF)
 grpcurl: $(GRPCURL_STAMP)
 
 $(GRPCURL_STAMP):
+	@echo "building grpcurl $(GRPCURL_VERSION) into .tools/bin (about 4 min, once)"
 	mkdir -p .tools/bin .tools/go
 	GOBIN="$(CURDIR)/.tools/bin" $(GO) install -ldflags '-X main.version=$(GRPCURL_VERSION)' \
 		github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)

@@ -55,11 +55,13 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
 
 $(HELM):
+	@echo "building helm $(HELM_VERSION) into $(HELM_DIR) (about 2 min idle, once)"
 	mkdir -p $(HELM_DIR)
 	GOBIN="$(CURDIR)/$(HELM_DIR)" CGO_ENABLED=0 $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' \
 		helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 $(KUBE_APISERVER) $(KUBECTL) &:
+	@echo "building kube-apiserver and kubectl $(KUBE_VERSION) into $(KUBE_DIR) (5-20 min with the machine's load, once)"
 	GO=$(GO) helm/tools/build-kubernetes.sh $(KUBE_VERSION) $(KUBE_DIR)
 
 $(KUBE_VALIDATE):

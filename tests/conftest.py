@@ -29,6 +29,7 @@ from sidecar.testing import (
     create_database,
     drop_database,
     postgres_binaries,
+    scaled,
     start_process,
 )
 from tests.support.otlp import otlp_receiver
@@ -50,6 +51,22 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_BASE_TIMEOUT = pytest.StashKey[float | None]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Each test's time limit (pyproject's ``timeout``, for an idle machine) stretched for
+    the machine's load as the test starts, as every wait of the harness is."""
+    config = item.config
+    if _BASE_TIMEOUT not in config.stash:
+        config.stash[_BASE_TIMEOUT] = getattr(config, "_env_timeout", None)
+    base = config.stash[_BASE_TIMEOUT]
+    if base:
+        config._env_timeout = scaled(base)  # type: ignore[attr-defined]  # pytest-timeout's
+    yield
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

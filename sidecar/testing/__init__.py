@@ -24,6 +24,10 @@ A recorded session becomes a test: :func:`simulator` with ``recording=`` answers
 recorded input as the model did, and :func:`recorded_turns` reads the turns (their
 inputs, tool calls and answers) to drive the sidecar with and check against.
 
+Every wait here (an address, SERVING) is stretched by :func:`slowness`, the machine's
+load per core now or ``AGENT_SIDECAR_TEST_SLOWNESS``: :func:`scaled` does the same for a
+test's own waits.
+
 Tests in other languages start the same stack with the launcher,
 ``python -m sidecar.testing``: it prints ``stack {JSON}`` (the addresses), then
 ``listening on HOST:PORT`` (the sidecar, SERVING), and runs until SIGTERM, SIGINT or
@@ -34,6 +38,7 @@ from pathlib import Path
 
 from sidecar.recording.format import RecordedTurn, read_turns
 from sidecar.testing._health import wait_serving
+from sidecar.testing._pace import SLOWNESS_ENV, scaled, slowness
 from sidecar.testing._postgres import (
     POSTGRES_MISSING,
     PostgresServer,
@@ -77,6 +82,7 @@ __all__ = [
     "READY_PREFIX",
     "SCENARIO",
     "SIMULATOR_MODEL",
+    "SLOWNESS_ENV",
     "PostgresServer",
     "ProcessStartError",
     "RecordedTurn",
@@ -87,9 +93,11 @@ __all__ = [
     "example_stack",
     "postgres_binaries",
     "recorded_turns",
+    "scaled",
     "sidecar",
     "sidecar_config",
     "simulator",
+    "slowness",
     "start_process",
     "tool_server",
     "wait_serving",

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from sidecar.testing._pace import scaled, slowness
+
 __all__ = ["READY_PREFIX", "ProcessStartError", "ServerProcess", "start_process"]
 
 READY_PREFIX = "listening on "
@@ -144,7 +146,8 @@ def start_process(
         env: Added to this process's environment.
         cwd: The working directory; unset: this process's.
         stderr: Where the process's stderr goes; unset: this process's stderr.
-        timeout: Seconds to wait for the address.
+        timeout: Seconds to wait for the address on an idle machine; stretched for the
+            machine's load now (:func:`sidecar.testing.scaled`).
         executable: The program to run: this Python unless told otherwise (a tool server
             in another language, say).
 
@@ -162,7 +165,7 @@ def start_process(
     )
     assert popen.stdout is not None
     try:
-        address, preamble = _await_address(popen, args, timeout)
+        address, preamble = _await_address(popen, args, scaled(timeout))
     except BaseException:
         if popen.poll() is None:
             popen.kill()
@@ -189,7 +192,10 @@ def _await_address(
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ProcessStartError(f"{command}: no address within {timeout}s")
+                raise ProcessStartError(
+                    f"{command}: no address within {timeout:.0f}s (waits stretched "
+                    f"x{slowness():.1f} for this machine's load)"
+                )
             if not selector.select(remaining):
                 continue
             chunk = os.read(fd, 65536)

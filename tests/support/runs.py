@@ -19,7 +19,7 @@ from aiohttp import web
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from sidecar.testing import PostgresServer, create_database, drop_database
+from sidecar.testing import PostgresServer, create_database, drop_database, scaled
 from tests.support.stack import eventually
 
 CALLBACK_SECRET = "a-test-callback-secret"
@@ -168,7 +168,7 @@ async def first_event(
     """The ``count``-th event of ``kind`` of a running run, as soon as it is stored."""
     seen = 0
     async with (
-        asyncio.timeout(30),
+        asyncio.timeout(scaled(30)),
         aclosing(client.watch_run(run_id, after_sequence=after)) as events,
     ):
         async for event in events:

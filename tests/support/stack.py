@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2, tool_pb2, tool_pb2_grpc
 from sidecar import testing
-from sidecar.testing import ServerProcess
+from sidecar.testing import ServerProcess, scaled
 from tests.support import SCRIPTED_TOOLSERVER, SIDECAR_SCENARIO
 
 MODEL = "simulated-model"
@@ -146,7 +146,7 @@ async def run_events(
 ) -> tuple[list[agent_pb2.StreamRunResponse], agent_pb2.RunResult]:
     """Stream a run in a fresh session; return every event and the final result."""
     session = await client.create_session(profile)
-    events = [e async for e in client.stream(session.session_id, text, timeout=timeout)]
+    events = [e async for e in client.stream(session.session_id, text, timeout=scaled(timeout))]
     assert events and events[-1].WhichOneof("event") == "run_finished", events
     return events, events[-1].run_finished
 
@@ -169,13 +169,21 @@ def ms(duration: Any) -> float:
 async def eventually(
     check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, interval: float = 0.02
 ) -> None:
-    """Poll another process's state until ``check`` holds; fail after ``timeout`` seconds.
+    """Poll another process's state until ``check`` holds; fail after ``timeout`` seconds
+    (stretched for the machine's load: :func:`sidecar.testing.scaled`), naming the check.
 
     For state that lives in another process, where no in-process event can signal it.
     """
-    async with asyncio.timeout(timeout):
-        while not await check():  # noqa: ASYNC110 - the state is in another process
-            await asyncio.sleep(interval)
+    allowed = scaled(timeout)
+    try:
+        async with asyncio.timeout(allowed):
+            while not await check():  # noqa: ASYNC110 - the state is in another process
+                await asyncio.sleep(interval)
+    except TimeoutError:
+        code = getattr(check, "__code__", None)
+        where = f"{Path(code.co_filename).name}:{code.co_firstlineno}" if code else "?"
+        what = getattr(check, "__qualname__", repr(check))
+        raise TimeoutError(f"waited {allowed:.0f}s for {what} ({where}) to hold") from None
 
 
 class Scrape:
