@@ -721,6 +721,8 @@ def test_extra_env_and_env_from_reach_the_sidecar_after_the_charts_own() -> None
     names = [e["name"] for e in container["env"]]
     assert names == [
         "PYTHONDONTWRITEBYTECODE",
+        "AGENT_SIDECAR_LOG_LEVEL",
+        "AGENT_SIDECAR_LOG_FORMAT",
         "GROQ_API_KEY",
         "EARLIER",
         "DEPLOYMENT_ENVIRONMENT",
@@ -731,6 +733,20 @@ def test_extra_env_and_env_from_reach_the_sidecar_after_the_charts_own() -> None
     }
     assert container["envFrom"] == [{"configMapRef": {"name": "egress-proxy", "optional": True}}]
     assert "envFrom" not in sidecar_container(render([STANDALONE]))
+
+
+def test_the_log_level_and_format_reach_the_sidecar_and_others_are_refused() -> None:
+    plain = env_of(sidecar_container(render([STANDALONE])))
+    assert plain["AGENT_SIDECAR_LOG_LEVEL"]["value"] == "WARNING"
+    assert plain["AGENT_SIDECAR_LOG_FORMAT"]["value"] == "text"
+    told = env_of(
+        sidecar_container(render([STANDALONE], {"log.level": "INFO", "log.format": "json"}))
+    )
+    assert told["AGENT_SIDECAR_LOG_LEVEL"]["value"] == "INFO"
+    assert told["AGENT_SIDECAR_LOG_FORMAT"]["value"] == "json"
+    for key, value in (("log.level", "LOUD"), ("log.format", "xml")):
+        with pytest.raises(RenderError, match=key.split(".")[1]):
+            render([STANDALONE], {key: value})
 
 
 def test_pod_settings_reach_every_pod_and_tool_servers_may_override_them() -> None:

@@ -424,6 +424,10 @@ ports:
 env:
   - name: PYTHONDONTWRITEBYTECODE
     value: "1"
+  - name: AGENT_SIDECAR_LOG_LEVEL
+    value: {{ .Values.log.level | quote }}
+  - name: AGENT_SIDECAR_LOG_FORMAT
+    value: {{ .Values.log.format | quote }}
   {{- if .Values.modelKey.existingSecret }}
   - name: {{ $model.api_key_env | default "GROQ_API_KEY" }}
     valueFrom:
