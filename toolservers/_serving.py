@@ -28,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from agentsidecar.listening import cannot_listen
 from agentsidecar.serving import (
     SOCKET_MODE,
     TokenCheck,
@@ -105,6 +106,10 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     addresses = [f"{_host_literal(options.host)}:{options.port}"]
     if options.unix_socket is not None:
         addresses.append(f"unix:{options.unix_socket}")
+    # Before gRPC tries: its refusal is a C-core log line that names no one.
+    reason = cannot_listen(options.host, options.port)
+    if reason is not None:
+        raise ToolServerError(f"cannot listen on {addresses[0]}: {reason}")
     signals = _Signals()
     try:
         if options.unix_socket is not None:

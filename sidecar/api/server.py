@@ -29,6 +29,7 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agentsidecar.listening import cannot_listen
 from agentsidecar.serving import (
     SOCKET_MODE,
     UnixSocketError,
@@ -65,6 +66,14 @@ def _quiet_core() -> None:
     core = logging.getLogger("grpc._cython.cygrpc")
     if not any(isinstance(f, _CallerLeft) for f in core.filters):
         core.addFilter(_CallerLeft())
+
+
+def _claim_port(key: str, host: str, port: int) -> None:
+    """Refuse a port that cannot be listened on, naming who holds it, before gRPC tries
+    (its refusal is a C-core log line and "No address added")."""
+    reason = cannot_listen(host, port)
+    if reason is not None:
+        raise StartupError(f"{key}: cannot listen on {host}:{port}: {reason}")
 
 
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
@@ -119,6 +128,9 @@ class GrpcFront:
         _quiet_core()
         server = grpc.aio.server(
             options=[
+                # gRPC would share a port another process holds with SO_REUSEPORT (a
+                # second sidecar, an old one): both would answer, each half the calls.
+                ("grpc.so_reuseport", 0),
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.max_receive_message_length", config.max_message_bytes),
             ]
@@ -137,6 +149,7 @@ class GrpcFront:
             enable_reflection(server, (*self._names[1:], health.SERVICE_NAME))
         for name in self._names:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        _claim_port("server.port", config.host, config.port)
         addresses = [f"{config.host}:{config.port}"]
         if config.unix_socket is not None:
             try:
@@ -166,7 +179,8 @@ class GrpcFront:
             os.chmod(config.unix_socket, SOCKET_MODE)
         if config.health_port is not None:
             # For probes that speak no TLS (the kubelet's): health alone, in plaintext.
-            probes = grpc.aio.server()
+            _claim_port("server.health_port", config.host, config.health_port)
+            probes = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
             health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
             self.health_port = probes.add_insecure_port(f"{config.host}:{config.health_port}")
             await probes.start()

@@ -22,6 +22,7 @@ from typing import Any
 import h11
 import uvicorn
 
+from agentsidecar.listening import cannot_listen
 from sidecar.config import HttpLimits, ServerTlsConfig
 from sidecar.errors import StartupError
 from sidecar.security.peers import PeerCertificates
@@ -122,10 +123,11 @@ class HttpListener:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self._host, self._port))
-        except OSError:
+        except OSError as exc:
             sock.close()
+            reason = cannot_listen(self._host, self._port) or exc.strerror
             raise StartupError(
-                f"{self._name}: cannot listen on {self._host}:{self._port}"
+                f"{self._name}.port: cannot listen on {self._host}:{self._port}: {reason}"
             ) from None
         sock.listen(128)
         sock.setblocking(False)

@@ -24,6 +24,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from agentsidecar.listening import cannot_listen
+from sidecar.errors import StartupError
 from sidecar.types import (
     MODEL_PACING,
     BreakerState,
@@ -437,10 +439,20 @@ class Metrics:
         """Serve ``/metrics`` from a daemon thread, a thread per connection, bounded: a
         request must arrive within ``read_timeout`` and at most ``max_connections`` are
         served at once (one beyond is closed as accepted), so slow or idle clients cannot
-        pile up threads. Return the bound port."""
-        httpd = _bounded_server(
-            host, port, make_wsgi_app(self.registry), read_timeout, max_connections
-        )
+        pile up threads. Return the bound port.
+
+        Raises:
+            StartupError: the port cannot be listened on (the message names its holder).
+        """
+        try:
+            httpd = _bounded_server(
+                host, port, make_wsgi_app(self.registry), read_timeout, max_connections
+            )
+        except OSError as exc:
+            reason = cannot_listen(host, port) or exc.strerror
+            raise StartupError(
+                f"telemetry.metrics.port: cannot listen on {host}:{port}: {reason}"
+            ) from None
         threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
         self._httpd = httpd
         return int(httpd.server_port)

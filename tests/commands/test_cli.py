@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from sidecar import testing
 from sidecar.telemetry import own_version
 from tests.support import SCRIPTED_TOOLSERVER, SUPPORT
+from tests.support.a2a import A2A_SKILLS
+from tests.support.port_holder import held_port
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -285,3 +291,72 @@ def test_check_lists_mcp_servers_tools_and_names_their_missing_secrets(tmp_path:
         "problem: profile default names tool 'nothing_like_it', which no tool server offers"
     ]
     assert refused.returncode == 2 and "EDGE_TOKEN_UNSET" in refused.stdout
+
+
+def _serve_refused(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=testing.scaled(60),
+        env={**os.environ, "GROQ_API_KEY": ""},
+        check=False,
+        cwd=config.parent,
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["server.port", "server.health_port", "telemetry.metrics.port", "mcp.port", "a2a.http.port"],
+)
+def test_a_taken_port_stops_the_sidecar_naming_the_process_that_holds_it(
+    tmp_path: Path, key: str
+) -> None:
+    with held_port() as (port, pid):
+        section, _, leaf = key.rpartition(".")
+        settings: dict[str, Any] = {"server": {"port": 0}, "sessions": {"store": "memory"}}
+        if key == "telemetry.metrics.port":
+            settings["telemetry"] = {"metrics": {"enabled": True}}
+        if key == "a2a.http.port":
+            settings["a2a"] = {"skills": A2A_SKILLS, "http": {}}
+        node = settings
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node[leaf] = port
+        config = tmp_path / "sidecar.yaml"
+        config.write_text(yaml.safe_dump(settings))
+        done = _serve_refused(config)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"agent-sidecar: {key}: cannot listen on 127.0.0.1:{port}: "), line
+    assert f"port {port} is in use by process {pid} (" in line and "-c" in line
+    # Neither gRPC's C-core line nor a traceback: the one line says it all.
+    assert "Traceback" not in done.stderr and "add_port" not in done.stderr
+
+
+def test_a_second_sidecar_on_a_taken_port_is_refused_and_the_first_shares_it_with_no_one(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(yaml.safe_dump({"server": {"port": 0}, "sessions": {"store": "memory"}}))
+    first = testing.start_process(
+        ["-m", "sidecar", "serve", "--config", str(config)], env={"GROQ_API_KEY": ""}
+    )
+    try:
+        port = first.port
+        config.write_text(
+            yaml.safe_dump({"server": {"port": port}, "sessions": {"store": "memory"}})
+        )
+        # gRPC's default would let any process of this user that asks for SO_REUSEPORT
+        # bind the same port and take a share of the first one's calls.
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        with squatter, pytest.raises(OSError) as refused:
+            squatter.bind(("127.0.0.1", port))
+        assert refused.value.errno == errno.EADDRINUSE
+        second = _serve_refused(config)
+    finally:
+        first.stop()
+    assert second.returncode == 2
+    assert f"port {port} is in use by process {first.pid} (" in second.stderr
+    assert "Traceback" not in second.stderr

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
@@ -19,8 +21,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
 from agentsidecar.v1 import tool_pb2, tool_pb2_grpc
-from sidecar.testing import ServerProcess, start_process
+from sidecar.testing import ServerProcess, scaled, start_process
 from tests.support import TOOLSERVER_FIXTURES
+from tests.support.port_holder import held_port
 
 FIXTURES = str(TOOLSERVER_FIXTURES)
 TOOL_SERVICE = "agentsidecar.v1.ToolService"
@@ -182,3 +185,20 @@ async def test_calls_still_running_when_the_grace_period_ends_are_cancelled(
             assert await exit_code(server) == 0
     finally:
         server.stop()
+
+
+def test_a_taken_port_stops_the_server_naming_the_process_that_holds_it() -> None:
+    with held_port() as (port, pid):
+        done = subprocess.run(
+            [sys.executable, "-m", "toolservers.examples.logistics", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
+            check=False,
+        )
+    assert done.returncode == 1
+    assert (
+        f"logistics: cannot listen on 127.0.0.1:{port}: port {port} is in use by process {pid} ("
+        in done.stderr
+    )
+    assert "add_port" not in done.stderr and "Traceback" not in done.stderr
