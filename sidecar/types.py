@@ -294,6 +294,9 @@ class RunOutcome:
     speculated: int = 0
     """Calls started before the model asked for them (speculative prefetch); the ones it
     asked for are the TOOL_CALL stages marked ``speculated``, the rest were wasted."""
+    unavailable_tools: tuple[tuple[str, ToolAvailability], ...] = ()
+    """The names of the profile's ``tools`` list the model could not be offered when the
+    run ended, each with why (never AVAILABLE)."""
 
     @classmethod
     def failed(

@@ -44,6 +44,9 @@ ANSWER_ARTIFACT = "answer"
 """The id of the artifact that holds a task's answer."""
 
 _STOP_REASONS = {v: k.removeprefix("STOP_REASON_").lower() for k, v in agent_pb2.StopReason.items()}
+_AVAILABILITY = {
+    v: k.removeprefix("TOOL_AVAILABILITY_").lower() for k, v in agent_pb2.ToolAvailability.items()
+}
 
 
 def _state(state: RunState) -> a2a_pb2.TaskState:
@@ -144,16 +147,20 @@ def _status_message(
 
 def _metadata(result: agent_pb2.RunResult) -> struct_pb2.Struct:
     usage = result.usage
-    return _struct(
-        {
-            "stopReason": _STOP_REASONS.get(result.stop_reason, "unspecified"),
-            "steps": result.steps,
-            "toolCalls": result.tool_calls,
-            "promptTokens": usage.prompt_tokens,
-            "completionTokens": usage.completion_tokens,
-            "costUsd": result.cost.total_usd,
-        }
-    )
+    metadata: dict[str, Any] = {
+        "stopReason": _STOP_REASONS.get(result.stop_reason, "unspecified"),
+        "steps": result.steps,
+        "toolCalls": result.tool_calls,
+        "promptTokens": usage.prompt_tokens,
+        "completionTokens": usage.completion_tokens,
+        "costUsd": result.cost.total_usd,
+    }
+    if result.unavailable_tools:
+        metadata["unavailableTools"] = [
+            {"name": t.name, "availability": _AVAILABILITY.get(t.availability, "unspecified")}
+            for t in result.unavailable_tools
+        ]
+    return _struct(metadata)
 
 
 def task_of(

@@ -205,6 +205,9 @@ class _Run:
             repairs=self.repairs,
             speculated=self.speculated,
         )
+        named = self.profile.config.tools
+        if named:  # a profile that lists no tools was promised none in particular
+            outcome.unavailable_tools = self.loop.tools.unavailable(named)
         return RunResultWithMessages(outcome, new_messages)
 
     def end_speculation(self) -> None:

@@ -153,6 +153,11 @@ def run_result(outcome: RunOutcome) -> agent_pb2.RunResult:
         result.unpriced_models.extend(outcome.unpriced)
     if outcome.overruns:
         result.budget_overruns.extend(budget_exceeded(o) for o in outcome.overruns)
+    if outcome.unavailable_tools:
+        result.unavailable_tools.extend(
+            agent_pb2.UnavailableTool(name=name, availability=_enum(availability))
+            for name, availability in outcome.unavailable_tools
+        )
     return result
 
 

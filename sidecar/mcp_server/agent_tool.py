@@ -41,6 +41,15 @@ AGENT_TOOL = types.Tool(
             "answer": {"type": "string"},
             "session_id": {"type": "string"},
             "stop_reason": {"type": "string"},
+            "unavailable_tools": {
+                "type": "array",
+                "description": "Tools the profile names that the run could not offer the model",
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "availability": {"type": "string"}},
+                    "required": ["name", "availability"],
+                },
+            },
         },
         "required": ["answer", "session_id", "stop_reason"],
     },
@@ -74,11 +83,16 @@ class AgentTool:
             )
         except RequestError as exc:
             return _failed(str(exc))
-        result = {
+        result: dict[str, Any] = {
             "answer": outcome.answer,
             "session_id": session_id,
             "stop_reason": outcome.stop_reason.name,
         }
+        if outcome.unavailable_tools:
+            result["unavailable_tools"] = [
+                {"name": name, "availability": availability.name}
+                for name, availability in outcome.unavailable_tools
+            ]
         body = outcome.answer or (outcome.error.message if outcome.error else "")
         return types.CallToolResult(
             content=[types.TextContent(text=body)],

@@ -59,6 +59,20 @@ class ToolAccess:
             entries.append((missing, ToolAvailability.NOT_OFFERED))
         return entries
 
+    def unavailable(self, named: Sequence[str]) -> tuple[tuple[str, ToolAvailability], ...]:
+        """The names of a profile's ``tools`` list the model cannot be offered now, each
+        with why: no server offers it (NOT_OFFERED), or its server would not take a call."""
+        found = []
+        for name in named:
+            tool = self.catalog.listed(name)
+            if tool is None:
+                found.append((name, ToolAvailability.NOT_OFFERED))
+                continue
+            availability = self._availability(self._connections[tool.server])
+            if availability is not ToolAvailability.AVAILABLE:
+                found.append((name, availability))
+        return tuple(found)
+
     @staticmethod
     def _availability(connection: ToolLink) -> ToolAvailability:
         if not connection.serving:

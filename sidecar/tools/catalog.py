@@ -292,6 +292,7 @@ class ToolCatalog:
         self._server_versions: dict[str, str] = {}
         self._retries: dict[str, Mapping[str, RetryPolicy]] = {}
         self._tools: dict[str, CatalogTool] = {}
+        self._by_listed_name: dict[str, CatalogTool] = {}  # by NAME and by SERVER.NAME
         self.version = 0
         self._definitions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._server_order: list[str] = []
@@ -374,6 +375,7 @@ class ToolCatalog:
         live = {(t.server, self._server_versions[t.server], t.name) for t in tools.values()}
         self._built = {k: v for k, v in self._built.items() if k in live}
         self._tools = tools
+        self._by_listed_name = {**tools, **{t.qualified_name: t for t in tools.values()}}
         self.taken = taken
         self._definitions.clear()
         self.version += 1
@@ -384,8 +386,11 @@ class ToolCatalog:
     def unknown(self, names: Sequence[str]) -> list[str]:
         """The names of a profile's ``tools`` list that no tool offered now answers to,
         by name or as ``server.name``."""
-        known = set(self._tools) | {t.qualified_name for t in self._tools.values()}
-        return [name for name in names if name not in known]
+        return [name for name in names if name not in self._by_listed_name]
+
+    def listed(self, name: str) -> CatalogTool | None:
+        """The tool a profile's ``tools`` list names, by its name or as ``server.name``."""
+        return self._by_listed_name.get(name)
 
     def tools(self) -> list[CatalogTool]:
         return list(self._tools.values())

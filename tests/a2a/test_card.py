@@ -13,8 +13,18 @@ from a2a.types import a2a_pb2
 from a2a.utils.signing import InvalidSignaturesError, create_signature_verifier
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from google.protobuf import json_format
 
-from tests.support.a2a import A2A_SKILLS, ALICE, BOB, ENV, a2a_client, public_card
+from tests.support.a2a import (
+    A2A_SKILLS,
+    ALICE,
+    BOB,
+    ENV,
+    a2a_client,
+    collect,
+    public_card,
+    user_message,
+)
 from tests.support.stack import sidecar, sidecar_config, simulator
 
 
@@ -54,7 +64,11 @@ async def test_the_card_lists_skills_and_served_bindings_and_is_signed(tmp_path:
     }
     with simulator() as sim:
         config = sidecar_config(
-            sim, [], profiles={"default": {}, "restricted": {}}, auth=auth, a2a=a2a
+            sim,
+            [],
+            profiles={"default": {}, "restricted": {"tools": ["lookup"]}},
+            auth=auth,
+            a2a=a2a,
         )
         with sidecar(config, tmp_path, env=ENV) as side:
             base = "http://" + side.announced("a2a http on ")
@@ -84,6 +98,16 @@ async def test_the_card_lists_skills_and_served_bindings_and_is_signed(tmp_path:
                     )
                 assert [s.id for s in extended.skills] == expected
                 create_signature_verifier(key, ["ES256"])(extended)
+            # A task's metadata names the tools its skill's profile lists and no server
+            # offers (here, no tool server at all).
+            async with a2a_client(card, "JSONRPC", ALICE, streaming=False) as client:
+                request = user_message("hello there")
+                request.message.metadata["skill"] = "restricted"
+                (response,) = await collect(client.send_message(request))
+            metadata = json_format.MessageToDict(response.task.metadata)
+            assert metadata["unavailableTools"] == [
+                {"name": "lookup", "availability": "not_offered"}
+            ]
 
 
 def test_a_sidecar_without_a2a_loads_none_of_it() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
+from sidecar import testing
 from sidecar.testing import ServerProcess
 from tests.support.stack import (
     SimControl,
@@ -406,6 +407,46 @@ async def test_session_tools_lists_a_name_no_server_offers_as_not_offered(
     missing = tools["slow_raed"]
     assert missing.availability == agent_pb2.TOOL_AVAILABILITY_NOT_OFFERED
     assert missing.server == ""
+
+
+async def test_a_runs_result_names_the_listed_tool_no_server_offers(client: AgentClient) -> None:
+    _, result = await run_events(client, "hello there", profile="misspelt")
+    assert _stop(result) == "STOP_REASON_ANSWERED"
+    assert [(t.name, t.availability) for t in result.unavailable_tools] == [
+        ("slow_raed", agent_pb2.TOOL_AVAILABILITY_NOT_OFFERED)
+    ]
+    # Every listed tool offered, or no list at all: nothing to say.
+    for profile in ("restricted", "default"):
+        _, result = await run_events(client, "hello there", profile=profile)
+        assert not result.unavailable_tools, profile
+
+
+async def test_a_runs_result_names_a_listed_tool_whose_server_stopped_serving(
+    tmp_path: Path,
+) -> None:
+    with simulator() as sim, scripted_toolserver() as tools:
+        orders = testing.tool_server("toolservers.examples.orders")
+        config = sidecar_config(
+            sim,
+            [
+                {"name": "scripted", "address": tools.address},
+                {"name": "orders", "address": orders.address},
+            ],
+            profiles={"default": {"tools": ["slow_read", "orders.get_order_status"]}},
+        )
+        with sidecar(config, tmp_path) as side:
+            async with AgentClient(side.address) as client:
+                _, result = await run_events(client, "hello there")
+                assert not result.unavailable_tools
+                orders.stop()  # drained, then gone: its health watch ends
+
+                async def named() -> bool:
+                    _, result = await run_events(client, "hello there")
+                    return [(t.name, t.availability) for t in result.unavailable_tools] == [
+                        ("orders.get_order_status", agent_pb2.TOOL_AVAILABILITY_SERVER_UNAVAILABLE)
+                    ]
+
+                await eventually(named, timeout=20, interval=0.2)
 
 
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:

@@ -2691,8 +2691,13 @@ type RunResult struct {
 	// The models the run called that the price table has no price for (cost is
 	// then unset: no price, no number); empty when every model is priced.
 	UnpricedModels []string `protobuf:"bytes,12,rep,name=unpriced_models,json=unpricedModels,proto3" json:"unpriced_models,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The names of the profile's tools list that the model could not be offered
+	// when the run ended, each with why (TOOL_AVAILABILITY_NOT_OFFERED: no tool
+	// server offers it, a misspelt name say; SERVER_UNAVAILABLE; BREAKER_OPEN);
+	// empty when the profile lists no tools or every listed tool was offered.
+	UnavailableTools []*UnavailableTool `protobuf:"bytes,13,rep,name=unavailable_tools,json=unavailableTools,proto3" json:"unavailable_tools,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunResult) Reset() {
@@ -2809,6 +2814,68 @@ func (x *RunResult) GetUnpricedModels() []string {
 	return nil
 }
 
+func (x *RunResult) GetUnavailableTools() []*UnavailableTool {
+	if x != nil {
+		return x.UnavailableTools
+	}
+	return nil
+}
+
+// UnavailableTool is a tool a profile names that a run could not offer.
+type UnavailableTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name as the profile's tools list gives it (NAME or SERVER.NAME).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Why the model was not offered it; never TOOL_AVAILABILITY_AVAILABLE.
+	Availability  ToolAvailability `protobuf:"varint,2,opt,name=availability,proto3,enum=agentsidecar.v1.ToolAvailability" json:"availability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnavailableTool) Reset() {
+	*x = UnavailableTool{}
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnavailableTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnavailableTool) ProtoMessage() {}
+
+func (x *UnavailableTool) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnavailableTool.ProtoReflect.Descriptor instead.
+func (*UnavailableTool) Descriptor() ([]byte, []int) {
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UnavailableTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UnavailableTool) GetAvailability() ToolAvailability {
+	if x != nil {
+		return x.Availability
+	}
+	return ToolAvailability_TOOL_AVAILABILITY_UNSPECIFIED
+}
+
 // RunError describes a failed run for the calling service.
 type RunError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2825,7 +2892,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +2904,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[23]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +2917,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunError) GetCode() string {
@@ -2892,7 +2959,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2971,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[24]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2984,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TokenUsage) GetPromptTokens() uint64 {
@@ -2977,7 +3044,7 @@ type Cost struct {
 
 func (x *Cost) Reset() {
 	*x = Cost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3056,7 @@ func (x *Cost) String() string {
 func (*Cost) ProtoMessage() {}
 
 func (x *Cost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[25]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3069,7 @@ func (x *Cost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cost.ProtoReflect.Descriptor instead.
 func (*Cost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Cost) GetPromptUsd() float64 {
@@ -3067,7 +3134,7 @@ type ModelCost struct {
 
 func (x *ModelCost) Reset() {
 	*x = ModelCost{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3146,7 @@ func (x *ModelCost) String() string {
 func (*ModelCost) ProtoMessage() {}
 
 func (x *ModelCost) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[26]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3159,7 @@ func (x *ModelCost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
 func (*ModelCost) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelCost) GetModel() string {
@@ -3128,7 +3195,7 @@ type BudgetExceeded struct {
 
 func (x *BudgetExceeded) Reset() {
 	*x = BudgetExceeded{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3207,7 @@ func (x *BudgetExceeded) String() string {
 func (*BudgetExceeded) ProtoMessage() {}
 
 func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[27]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3220,7 @@ func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
 func (*BudgetExceeded) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BudgetExceeded) GetStage() BudgetStage {
@@ -3206,7 +3273,7 @@ type Timeline struct {
 
 func (x *Timeline) Reset() {
 	*x = Timeline{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3285,7 @@ func (x *Timeline) String() string {
 func (*Timeline) ProtoMessage() {}
 
 func (x *Timeline) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[28]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3298,7 @@ func (x *Timeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timeline.ProtoReflect.Descriptor instead.
 func (*Timeline) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Timeline) GetStages() []*Stage {
@@ -3274,7 +3341,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3353,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[29]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3366,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Stage) GetKind() StageKind {
@@ -3412,7 +3479,7 @@ type ModelCallTiming struct {
 
 func (x *ModelCallTiming) Reset() {
 	*x = ModelCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3491,7 @@ func (x *ModelCallTiming) String() string {
 func (*ModelCallTiming) ProtoMessage() {}
 
 func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[30]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3504,7 @@ func (x *ModelCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCallTiming.ProtoReflect.Descriptor instead.
 func (*ModelCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ModelCallTiming) GetTimeToFirstToken() *durationpb.Duration {
@@ -3555,7 +3622,7 @@ type ToolCallTiming struct {
 
 func (x *ToolCallTiming) Reset() {
 	*x = ToolCallTiming{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3634,7 @@ func (x *ToolCallTiming) String() string {
 func (*ToolCallTiming) ProtoMessage() {}
 
 func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[31]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3647,7 @@ func (x *ToolCallTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallTiming.ProtoReflect.Descriptor instead.
 func (*ToolCallTiming) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ToolCallTiming) GetCallId() string {
@@ -3696,7 +3763,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +3775,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[32]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +3788,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApproveToolCallRequest) GetSessionId() string {
@@ -3768,7 +3835,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3847,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[33]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3860,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 // ListSessionToolsRequest names the session whose tools are listed.
@@ -3807,7 +3874,7 @@ type ListSessionToolsRequest struct {
 
 func (x *ListSessionToolsRequest) Reset() {
 	*x = ListSessionToolsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3886,7 @@ func (x *ListSessionToolsRequest) String() string {
 func (*ListSessionToolsRequest) ProtoMessage() {}
 
 func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[34]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3899,7 @@ func (x *ListSessionToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSessionToolsRequest) GetSessionId() string {
@@ -3854,7 +3921,7 @@ type ListSessionToolsResponse struct {
 
 func (x *ListSessionToolsResponse) Reset() {
 	*x = ListSessionToolsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +3933,7 @@ func (x *ListSessionToolsResponse) String() string {
 func (*ListSessionToolsResponse) ProtoMessage() {}
 
 func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[35]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +3946,7 @@ func (x *ListSessionToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionToolsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSessionToolsResponse) GetTools() []*SessionTool {
@@ -3910,7 +3977,7 @@ type SessionTool struct {
 
 func (x *SessionTool) Reset() {
 	*x = SessionTool{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +3989,7 @@ func (x *SessionTool) String() string {
 func (*SessionTool) ProtoMessage() {}
 
 func (x *SessionTool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[36]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4002,7 @@ func (x *SessionTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTool.ProtoReflect.Descriptor instead.
 func (*SessionTool) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionTool) GetTool() *ToolDescriptor {
@@ -3978,7 +4045,7 @@ type RunCallback struct {
 
 func (x *RunCallback) Reset() {
 	*x = RunCallback{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4057,7 @@ func (x *RunCallback) String() string {
 func (*RunCallback) ProtoMessage() {}
 
 func (x *RunCallback) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[37]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4070,7 @@ func (x *RunCallback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCallback.ProtoReflect.Descriptor instead.
 func (*RunCallback) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunCallback) GetUrl() string {
@@ -4042,7 +4109,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4054,7 +4121,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[38]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4067,7 +4134,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartRunRequest) GetSessionId() string {
@@ -4116,7 +4183,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4195,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[39]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4208,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -4192,7 +4259,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4271,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[40]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4284,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Run) GetRunId() string {
@@ -4331,7 +4398,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4410,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[41]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4423,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -4384,7 +4451,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4463,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[42]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4476,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchRunResponse) GetEvent() *StreamRunResponse {
@@ -4430,7 +4497,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4442,7 +4509,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[43]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4455,7 +4522,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -4476,7 +4543,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4555,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[44]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4568,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -4528,7 +4595,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4540,7 +4607,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[45]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4553,7 +4620,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListRunsRequest) GetSessionId() string {
@@ -4590,7 +4657,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +4669,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[46]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +4682,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -4643,7 +4710,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +4722,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[47]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +4735,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -4691,7 +4758,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4703,7 +4770,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsidecar_v1_agent_proto_msgTypes[48]
+	mi := &file_agentsidecar_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4716,7 +4783,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_agentsidecar_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -4868,7 +4935,7 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"outputMode\"X\n" +
 	"\vRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\x97\x04\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.agentsidecar.v1.RunResultR\x06result\"\xe6\x04\n" +
 	"\tRunResult\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12<\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x1b.agentsidecar.v1.StopReasonR\n" +
@@ -4884,7 +4951,11 @@ const file_agentsidecar_v1_agent_proto_rawDesc = "" +
 	"\avariant\x18\n" +
 	" \x01(\tR\avariant\x12,\n" +
 	"\x04path\x18\v \x01(\x0e2\x18.agentsidecar.v1.RunPathR\x04path\x12'\n" +
-	"\x0funpriced_models\x18\f \x03(\tR\x0eunpricedModels\"V\n" +
+	"\x0funpriced_models\x18\f \x03(\tR\x0eunpricedModels\x12M\n" +
+	"\x11unavailable_tools\x18\r \x03(\v2 .agentsidecar.v1.UnavailableToolR\x10unavailableTools\"l\n" +
+	"\x0fUnavailableTool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12E\n" +
+	"\favailability\x18\x02 \x01(\x0e2!.agentsidecar.v1.ToolAvailabilityR\favailability\"V\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -5147,7 +5218,7 @@ func file_agentsidecar_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentsidecar_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_agentsidecar_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(OutputMode)(0),                  // 0: agentsidecar.v1.OutputMode
 	(RunPath)(0),                     // 1: agentsidecar.v1.RunPath
@@ -5185,50 +5256,51 @@ var file_agentsidecar_v1_agent_proto_goTypes = []any{
 	(*RunRequest)(nil),               // 33: agentsidecar.v1.RunRequest
 	(*RunResponse)(nil),              // 34: agentsidecar.v1.RunResponse
 	(*RunResult)(nil),                // 35: agentsidecar.v1.RunResult
-	(*RunError)(nil),                 // 36: agentsidecar.v1.RunError
-	(*TokenUsage)(nil),               // 37: agentsidecar.v1.TokenUsage
-	(*Cost)(nil),                     // 38: agentsidecar.v1.Cost
-	(*ModelCost)(nil),                // 39: agentsidecar.v1.ModelCost
-	(*BudgetExceeded)(nil),           // 40: agentsidecar.v1.BudgetExceeded
-	(*Timeline)(nil),                 // 41: agentsidecar.v1.Timeline
-	(*Stage)(nil),                    // 42: agentsidecar.v1.Stage
-	(*ModelCallTiming)(nil),          // 43: agentsidecar.v1.ModelCallTiming
-	(*ToolCallTiming)(nil),           // 44: agentsidecar.v1.ToolCallTiming
-	(*ApproveToolCallRequest)(nil),   // 45: agentsidecar.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil),  // 46: agentsidecar.v1.ApproveToolCallResponse
-	(*ListSessionToolsRequest)(nil),  // 47: agentsidecar.v1.ListSessionToolsRequest
-	(*ListSessionToolsResponse)(nil), // 48: agentsidecar.v1.ListSessionToolsResponse
-	(*SessionTool)(nil),              // 49: agentsidecar.v1.SessionTool
-	(*RunCallback)(nil),              // 50: agentsidecar.v1.RunCallback
-	(*StartRunRequest)(nil),          // 51: agentsidecar.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 52: agentsidecar.v1.StartRunResponse
-	(*Run)(nil),                      // 53: agentsidecar.v1.Run
-	(*WatchRunRequest)(nil),          // 54: agentsidecar.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),         // 55: agentsidecar.v1.WatchRunResponse
-	(*GetRunRequest)(nil),            // 56: agentsidecar.v1.GetRunRequest
-	(*GetRunResponse)(nil),           // 57: agentsidecar.v1.GetRunResponse
-	(*ListRunsRequest)(nil),          // 58: agentsidecar.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 59: agentsidecar.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),         // 60: agentsidecar.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),        // 61: agentsidecar.v1.CancelRunResponse
-	nil,                              // 62: agentsidecar.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 63: agentsidecar.v1.Session.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
-	(*ToolDescriptor)(nil),           // 66: agentsidecar.v1.ToolDescriptor
+	(*UnavailableTool)(nil),          // 36: agentsidecar.v1.UnavailableTool
+	(*RunError)(nil),                 // 37: agentsidecar.v1.RunError
+	(*TokenUsage)(nil),               // 38: agentsidecar.v1.TokenUsage
+	(*Cost)(nil),                     // 39: agentsidecar.v1.Cost
+	(*ModelCost)(nil),                // 40: agentsidecar.v1.ModelCost
+	(*BudgetExceeded)(nil),           // 41: agentsidecar.v1.BudgetExceeded
+	(*Timeline)(nil),                 // 42: agentsidecar.v1.Timeline
+	(*Stage)(nil),                    // 43: agentsidecar.v1.Stage
+	(*ModelCallTiming)(nil),          // 44: agentsidecar.v1.ModelCallTiming
+	(*ToolCallTiming)(nil),           // 45: agentsidecar.v1.ToolCallTiming
+	(*ApproveToolCallRequest)(nil),   // 46: agentsidecar.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil),  // 47: agentsidecar.v1.ApproveToolCallResponse
+	(*ListSessionToolsRequest)(nil),  // 48: agentsidecar.v1.ListSessionToolsRequest
+	(*ListSessionToolsResponse)(nil), // 49: agentsidecar.v1.ListSessionToolsResponse
+	(*SessionTool)(nil),              // 50: agentsidecar.v1.SessionTool
+	(*RunCallback)(nil),              // 51: agentsidecar.v1.RunCallback
+	(*StartRunRequest)(nil),          // 52: agentsidecar.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 53: agentsidecar.v1.StartRunResponse
+	(*Run)(nil),                      // 54: agentsidecar.v1.Run
+	(*WatchRunRequest)(nil),          // 55: agentsidecar.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),         // 56: agentsidecar.v1.WatchRunResponse
+	(*GetRunRequest)(nil),            // 57: agentsidecar.v1.GetRunRequest
+	(*GetRunResponse)(nil),           // 58: agentsidecar.v1.GetRunResponse
+	(*ListRunsRequest)(nil),          // 59: agentsidecar.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 60: agentsidecar.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),         // 61: agentsidecar.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),        // 62: agentsidecar.v1.CancelRunResponse
+	nil,                              // 63: agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 64: agentsidecar.v1.Session.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*ToolDescriptor)(nil),           // 67: agentsidecar.v1.ToolDescriptor
 }
 var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
-	62, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
+	63, // 0: agentsidecar.v1.CreateSessionRequest.labels:type_name -> agentsidecar.v1.CreateSessionRequest.LabelsEntry
 	19, // 1: agentsidecar.v1.CreateSessionResponse.session:type_name -> agentsidecar.v1.Session
 	19, // 2: agentsidecar.v1.GetSessionResponse.session:type_name -> agentsidecar.v1.Session
-	63, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
-	64, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	64, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	64, // 3: agentsidecar.v1.Session.labels:type_name -> agentsidecar.v1.Session.LabelsEntry
+	65, // 4: agentsidecar.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	65, // 5: agentsidecar.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	20, // 6: agentsidecar.v1.Session.turns:type_name -> agentsidecar.v1.Turn
 	3,  // 7: agentsidecar.v1.Turn.stop_reason:type_name -> agentsidecar.v1.StopReason
-	64, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
-	64, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
-	37, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
+	65, // 8: agentsidecar.v1.Turn.start_time:type_name -> google.protobuf.Timestamp
+	65, // 9: agentsidecar.v1.Turn.end_time:type_name -> google.protobuf.Timestamp
+	38, // 10: agentsidecar.v1.Turn.usage:type_name -> agentsidecar.v1.TokenUsage
 	0,  // 11: agentsidecar.v1.StreamRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	25, // 12: agentsidecar.v1.StreamRunResponse.run_started:type_name -> agentsidecar.v1.RunStarted
 	26, // 13: agentsidecar.v1.StreamRunResponse.text_delta:type_name -> agentsidecar.v1.TextDelta
@@ -5237,99 +5309,101 @@ var file_agentsidecar_v1_agent_proto_depIdxs = []int32{
 	29, // 16: agentsidecar.v1.StreamRunResponse.approval_required:type_name -> agentsidecar.v1.ApprovalRequired
 	32, // 17: agentsidecar.v1.StreamRunResponse.step_finished:type_name -> agentsidecar.v1.StepFinished
 	35, // 18: agentsidecar.v1.StreamRunResponse.run_finished:type_name -> agentsidecar.v1.RunResult
-	40, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
+	41, // 19: agentsidecar.v1.StreamRunResponse.budget_exceeded:type_name -> agentsidecar.v1.BudgetExceeded
 	24, // 20: agentsidecar.v1.StreamRunResponse.run_resumed:type_name -> agentsidecar.v1.RunResumed
 	31, // 21: agentsidecar.v1.StreamRunResponse.tool_call_progress:type_name -> agentsidecar.v1.ToolCallProgress
 	23, // 22: agentsidecar.v1.StreamRunResponse.reasoning_delta:type_name -> agentsidecar.v1.ReasoningDelta
 	1,  // 23: agentsidecar.v1.RunStarted.path:type_name -> agentsidecar.v1.RunPath
 	2,  // 24: agentsidecar.v1.ToolCallFinished.status:type_name -> agentsidecar.v1.ToolCallStatus
-	65, // 25: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	66, // 25: agentsidecar.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
 	30, // 26: agentsidecar.v1.ApprovalRequired.question:type_name -> agentsidecar.v1.ToolQuestion
-	41, // 27: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
+	42, // 27: agentsidecar.v1.StepFinished.timeline:type_name -> agentsidecar.v1.Timeline
 	0,  // 28: agentsidecar.v1.RunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
 	35, // 29: agentsidecar.v1.RunResponse.result:type_name -> agentsidecar.v1.RunResult
 	3,  // 30: agentsidecar.v1.RunResult.stop_reason:type_name -> agentsidecar.v1.StopReason
-	36, // 31: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
-	37, // 32: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
-	38, // 33: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
-	41, // 34: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
-	40, // 35: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
+	37, // 31: agentsidecar.v1.RunResult.error:type_name -> agentsidecar.v1.RunError
+	38, // 32: agentsidecar.v1.RunResult.usage:type_name -> agentsidecar.v1.TokenUsage
+	39, // 33: agentsidecar.v1.RunResult.cost:type_name -> agentsidecar.v1.Cost
+	42, // 34: agentsidecar.v1.RunResult.timeline:type_name -> agentsidecar.v1.Timeline
+	41, // 35: agentsidecar.v1.RunResult.budget_overruns:type_name -> agentsidecar.v1.BudgetExceeded
 	1,  // 36: agentsidecar.v1.RunResult.path:type_name -> agentsidecar.v1.RunPath
-	39, // 37: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
-	4,  // 38: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
-	65, // 39: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
-	65, // 40: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
-	5,  // 41: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
-	42, // 42: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
-	65, // 43: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
-	6,  // 44: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
-	65, // 45: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
-	65, // 46: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
-	43, // 47: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
-	44, // 48: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
-	65, // 49: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
-	65, // 50: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
-	65, // 51: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
-	65, // 52: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
-	37, // 53: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
-	65, // 54: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	2,  // 55: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
-	65, // 56: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
-	65, // 57: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
-	65, // 58: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
-	65, // 59: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
-	8,  // 60: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
-	65, // 61: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
-	7,  // 62: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
-	65, // 63: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
-	9,  // 64: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
-	49, // 65: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
-	66, // 66: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
-	10, // 67: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
-	0,  // 68: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
-	50, // 69: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
-	53, // 70: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
-	11, // 71: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
-	64, // 72: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	64, // 73: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
-	64, // 74: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
-	35, // 75: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
-	29, // 76: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
-	12, // 77: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
-	0,  // 78: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
-	22, // 79: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
-	53, // 80: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
-	53, // 81: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
-	53, // 82: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
-	13, // 83: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
-	15, // 84: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
-	17, // 85: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
-	21, // 86: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
-	33, // 87: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
-	45, // 88: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
-	47, // 89: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
-	51, // 90: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
-	54, // 91: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
-	56, // 92: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
-	58, // 93: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
-	60, // 94: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
-	14, // 95: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
-	16, // 96: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
-	18, // 97: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
-	22, // 98: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
-	34, // 99: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
-	46, // 100: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
-	48, // 101: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
-	52, // 102: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
-	55, // 103: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
-	57, // 104: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
-	59, // 105: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
-	61, // 106: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
-	95, // [95:107] is the sub-list for method output_type
-	83, // [83:95] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	36, // 37: agentsidecar.v1.RunResult.unavailable_tools:type_name -> agentsidecar.v1.UnavailableTool
+	10, // 38: agentsidecar.v1.UnavailableTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	40, // 39: agentsidecar.v1.Cost.models:type_name -> agentsidecar.v1.ModelCost
+	4,  // 40: agentsidecar.v1.BudgetExceeded.stage:type_name -> agentsidecar.v1.BudgetStage
+	66, // 41: agentsidecar.v1.BudgetExceeded.budget:type_name -> google.protobuf.Duration
+	66, // 42: agentsidecar.v1.BudgetExceeded.spent:type_name -> google.protobuf.Duration
+	5,  // 43: agentsidecar.v1.BudgetExceeded.policy:type_name -> agentsidecar.v1.BudgetPolicy
+	43, // 44: agentsidecar.v1.Timeline.stages:type_name -> agentsidecar.v1.Stage
+	66, // 45: agentsidecar.v1.Timeline.total:type_name -> google.protobuf.Duration
+	6,  // 46: agentsidecar.v1.Stage.kind:type_name -> agentsidecar.v1.StageKind
+	66, // 47: agentsidecar.v1.Stage.start_offset:type_name -> google.protobuf.Duration
+	66, // 48: agentsidecar.v1.Stage.duration:type_name -> google.protobuf.Duration
+	44, // 49: agentsidecar.v1.Stage.model_call:type_name -> agentsidecar.v1.ModelCallTiming
+	45, // 50: agentsidecar.v1.Stage.tool_call:type_name -> agentsidecar.v1.ToolCallTiming
+	66, // 51: agentsidecar.v1.ModelCallTiming.time_to_first_token:type_name -> google.protobuf.Duration
+	66, // 52: agentsidecar.v1.ModelCallTiming.provider_queue_time:type_name -> google.protobuf.Duration
+	66, // 53: agentsidecar.v1.ModelCallTiming.provider_prompt_time:type_name -> google.protobuf.Duration
+	66, // 54: agentsidecar.v1.ModelCallTiming.provider_completion_time:type_name -> google.protobuf.Duration
+	38, // 55: agentsidecar.v1.ModelCallTiming.usage:type_name -> agentsidecar.v1.TokenUsage
+	66, // 56: agentsidecar.v1.ModelCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	2,  // 57: agentsidecar.v1.ToolCallTiming.status:type_name -> agentsidecar.v1.ToolCallStatus
+	66, // 58: agentsidecar.v1.ToolCallTiming.handler_duration:type_name -> google.protobuf.Duration
+	66, // 59: agentsidecar.v1.ToolCallTiming.wait_duration:type_name -> google.protobuf.Duration
+	66, // 60: agentsidecar.v1.ToolCallTiming.retry_backoff:type_name -> google.protobuf.Duration
+	66, // 61: agentsidecar.v1.ToolCallTiming.time_allowed:type_name -> google.protobuf.Duration
+	8,  // 62: agentsidecar.v1.ToolCallTiming.cache_result:type_name -> agentsidecar.v1.ToolCacheResult
+	66, // 63: agentsidecar.v1.ToolCallTiming.cache_saved:type_name -> google.protobuf.Duration
+	7,  // 64: agentsidecar.v1.ToolCallTiming.hedge:type_name -> agentsidecar.v1.ToolHedge
+	66, // 65: agentsidecar.v1.ToolCallTiming.hedge_delay:type_name -> google.protobuf.Duration
+	9,  // 66: agentsidecar.v1.ApproveToolCallRequest.decision:type_name -> agentsidecar.v1.ApprovalDecision
+	50, // 67: agentsidecar.v1.ListSessionToolsResponse.tools:type_name -> agentsidecar.v1.SessionTool
+	67, // 68: agentsidecar.v1.SessionTool.tool:type_name -> agentsidecar.v1.ToolDescriptor
+	10, // 69: agentsidecar.v1.SessionTool.availability:type_name -> agentsidecar.v1.ToolAvailability
+	0,  // 70: agentsidecar.v1.StartRunRequest.output_mode:type_name -> agentsidecar.v1.OutputMode
+	51, // 71: agentsidecar.v1.StartRunRequest.callback:type_name -> agentsidecar.v1.RunCallback
+	54, // 72: agentsidecar.v1.StartRunResponse.run:type_name -> agentsidecar.v1.Run
+	11, // 73: agentsidecar.v1.Run.state:type_name -> agentsidecar.v1.RunState
+	65, // 74: agentsidecar.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	65, // 75: agentsidecar.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	65, // 76: agentsidecar.v1.Run.end_time:type_name -> google.protobuf.Timestamp
+	35, // 77: agentsidecar.v1.Run.result:type_name -> agentsidecar.v1.RunResult
+	29, // 78: agentsidecar.v1.Run.pending_approvals:type_name -> agentsidecar.v1.ApprovalRequired
+	12, // 79: agentsidecar.v1.Run.callback_status:type_name -> agentsidecar.v1.CallbackStatus
+	0,  // 80: agentsidecar.v1.Run.output_mode:type_name -> agentsidecar.v1.OutputMode
+	22, // 81: agentsidecar.v1.WatchRunResponse.event:type_name -> agentsidecar.v1.StreamRunResponse
+	54, // 82: agentsidecar.v1.GetRunResponse.run:type_name -> agentsidecar.v1.Run
+	54, // 83: agentsidecar.v1.ListRunsResponse.runs:type_name -> agentsidecar.v1.Run
+	54, // 84: agentsidecar.v1.CancelRunResponse.run:type_name -> agentsidecar.v1.Run
+	13, // 85: agentsidecar.v1.AgentService.CreateSession:input_type -> agentsidecar.v1.CreateSessionRequest
+	15, // 86: agentsidecar.v1.AgentService.GetSession:input_type -> agentsidecar.v1.GetSessionRequest
+	17, // 87: agentsidecar.v1.AgentService.DeleteSession:input_type -> agentsidecar.v1.DeleteSessionRequest
+	21, // 88: agentsidecar.v1.AgentService.StreamRun:input_type -> agentsidecar.v1.StreamRunRequest
+	33, // 89: agentsidecar.v1.AgentService.Run:input_type -> agentsidecar.v1.RunRequest
+	46, // 90: agentsidecar.v1.AgentService.ApproveToolCall:input_type -> agentsidecar.v1.ApproveToolCallRequest
+	48, // 91: agentsidecar.v1.AgentService.ListSessionTools:input_type -> agentsidecar.v1.ListSessionToolsRequest
+	52, // 92: agentsidecar.v1.AgentService.StartRun:input_type -> agentsidecar.v1.StartRunRequest
+	55, // 93: agentsidecar.v1.AgentService.WatchRun:input_type -> agentsidecar.v1.WatchRunRequest
+	57, // 94: agentsidecar.v1.AgentService.GetRun:input_type -> agentsidecar.v1.GetRunRequest
+	59, // 95: agentsidecar.v1.AgentService.ListRuns:input_type -> agentsidecar.v1.ListRunsRequest
+	61, // 96: agentsidecar.v1.AgentService.CancelRun:input_type -> agentsidecar.v1.CancelRunRequest
+	14, // 97: agentsidecar.v1.AgentService.CreateSession:output_type -> agentsidecar.v1.CreateSessionResponse
+	16, // 98: agentsidecar.v1.AgentService.GetSession:output_type -> agentsidecar.v1.GetSessionResponse
+	18, // 99: agentsidecar.v1.AgentService.DeleteSession:output_type -> agentsidecar.v1.DeleteSessionResponse
+	22, // 100: agentsidecar.v1.AgentService.StreamRun:output_type -> agentsidecar.v1.StreamRunResponse
+	34, // 101: agentsidecar.v1.AgentService.Run:output_type -> agentsidecar.v1.RunResponse
+	47, // 102: agentsidecar.v1.AgentService.ApproveToolCall:output_type -> agentsidecar.v1.ApproveToolCallResponse
+	49, // 103: agentsidecar.v1.AgentService.ListSessionTools:output_type -> agentsidecar.v1.ListSessionToolsResponse
+	53, // 104: agentsidecar.v1.AgentService.StartRun:output_type -> agentsidecar.v1.StartRunResponse
+	56, // 105: agentsidecar.v1.AgentService.WatchRun:output_type -> agentsidecar.v1.WatchRunResponse
+	58, // 106: agentsidecar.v1.AgentService.GetRun:output_type -> agentsidecar.v1.GetRunResponse
+	60, // 107: agentsidecar.v1.AgentService.ListRuns:output_type -> agentsidecar.v1.ListRunsResponse
+	62, // 108: agentsidecar.v1.AgentService.CancelRun:output_type -> agentsidecar.v1.CancelRunResponse
+	97, // [97:109] is the sub-list for method output_type
+	85, // [85:97] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_agentsidecar_v1_agent_proto_init() }
@@ -5351,7 +5425,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 		(*StreamRunResponse_ToolCallProgress)(nil),
 		(*StreamRunResponse_ReasoningDelta)(nil),
 	}
-	file_agentsidecar_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
+	file_agentsidecar_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
 		(*Stage_ModelCall)(nil),
 		(*Stage_ToolCall)(nil),
 	}
@@ -5361,7 +5435,7 @@ func file_agentsidecar_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsidecar_v1_agent_proto_rawDesc), len(file_agentsidecar_v1_agent_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -472,7 +472,7 @@ class RunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., result: _Optional[_Union[RunResult, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path", "unpriced_models")
+    __slots__ = ("answer", "stop_reason", "error", "usage", "cost", "timeline", "steps", "tool_calls", "budget_overruns", "variant", "path", "unpriced_models", "unavailable_tools")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -485,6 +485,7 @@ class RunResult(_message.Message):
     VARIANT_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     UNPRICED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_TOOLS_FIELD_NUMBER: _ClassVar[int]
     answer: str
     stop_reason: StopReason
     error: RunError
@@ -497,7 +498,16 @@ class RunResult(_message.Message):
     variant: str
     path: RunPath
     unpriced_models: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ..., unpriced_models: _Optional[_Iterable[str]] = ...) -> None: ...
+    unavailable_tools: _containers.RepeatedCompositeFieldContainer[UnavailableTool]
+    def __init__(self, answer: _Optional[str] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ..., timeline: _Optional[_Union[Timeline, _Mapping]] = ..., steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., budget_overruns: _Optional[_Iterable[_Union[BudgetExceeded, _Mapping]]] = ..., variant: _Optional[str] = ..., path: _Optional[_Union[RunPath, str]] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., unavailable_tools: _Optional[_Iterable[_Union[UnavailableTool, _Mapping]]] = ...) -> None: ...
+
+class UnavailableTool(_message.Message):
+    __slots__ = ("name", "availability")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    availability: ToolAvailability
+    def __init__(self, name: _Optional[str] = ..., availability: _Optional[_Union[ToolAvailability, str]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("code", "message", "retryable")
