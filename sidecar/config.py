@@ -1405,7 +1405,7 @@ class ToolAssertionConfig(_Strict):
     """PEM private key the sidecar signs with (PKCS#8 or the traditional form, not
     encrypted): Ed25519 (signs EdDSA) or ECDSA P-256 (signs ES256). Read at start and on a
     reload."""
-    issuer: str = Field("agent-sidecar", min_length=1)
+    issuer: str = Field("agent-sidecar", min_length=1, max_length=256)
     """The ``iss`` claim; tool servers check it."""
     ttl: float = Field(300.0, ge=10, le=86_400)
     """Seconds an assertion is valid. One is signed per run and tool server, reused for the

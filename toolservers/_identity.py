@@ -17,8 +17,10 @@ rotation), which forgets what was verified before.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +36,7 @@ from agentsidecar.tool_identity import (
     CALL_ID_KEY,
     LABELS_CLAIM,
     LABELS_KEY,
+    MAX_ASSERTION_BYTES,
     PRINCIPAL_KEY,
     RUN_CLAIM,
     RUN_ID_KEY,
@@ -48,6 +51,9 @@ logger = logging.getLogger("toolservers")
 
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 _NO_CLAIMS: Mapping[str, Any] = MappingProxyType({})
+_REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat", SESSION_CLAIM, RUN_CLAIM)
+_LATEST = 253402300799  # 9999-12-31T23:59:59Z: the last second a claim may name
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 _CACHE_SIZE = 1024  # assertions remembered as verified (one per run in flight, about)
 _REREAD_EVERY = 1.0  # seconds between checks of the keys file
 
@@ -138,9 +144,6 @@ class IdentityVerifier:
         leeway: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        import jwt  # only when verification is configured
-
-        self._jwt = jwt
         self._file = keys_file
         self.audience = audience
         self.issuer = issuer
@@ -197,13 +200,15 @@ class IdentityVerifier:
         return claims
 
     def _decode(self, token: str, now: float) -> dict[str, Any]:
-        jwt = self._jwt
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.DecodeError:
-            raise IdentityRefused("the identity assertion is not a JWT") from None
-        except jwt.InvalidTokenError as exc:  # a header it cannot honour (crit ...)
-            raise IdentityRefused(f"the identity assertion's header is refused: {exc}") from None
+        """The claims of ``token`` by the rule every SDK follows (docs/tool-servers.md,
+        "The rule every verifier follows"): PyJWT checks the signature, nothing more."""
+        if len(token) > MAX_ASSERTION_BYTES:
+            raise IdentityRefused(f"the identity assertion is over {MAX_ASSERTION_BYTES} bytes")
+        header, claims, signing_input, signature = _parts(token)
+        alg = header.get("alg")
+        if alg not in ALGORITHMS or "crit" in header or "b64" in header:
+            what = "crit" if "crit" in header else "b64" if "b64" in header else f"alg {alg!r}"
+            raise IdentityRefused(f"the identity assertion's header is refused ({what})")
         kid = header.get("kid")
         key = self._keys.get(kid) if isinstance(kid, str) else None
         if key is None and None in self._keys and len(self._keys) == 1:
@@ -213,50 +218,17 @@ class IdentityVerifier:
                 f"the identity assertion is signed by a key this server does not know "
                 f"(kid {str(kid)[:64]!r}): give it the sidecar's current JWKS"
             )
-        try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key=key,
-                algorithms=[key.algorithm_name],
-                audience=self.audience,
-                issuer=self.issuer,
-                leeway=self._leeway,
-                options={"require": ["iss", "aud", "exp", "iat", SESSION_CLAIM, RUN_CLAIM]},
+        if key.algorithm_name != alg:
+            raise IdentityRefused(
+                f"the identity assertion's header is refused (the key signs "
+                f"{key.algorithm_name}, not {alg})"
             )
-        except jwt.ExpiredSignatureError:
-            exp = jwt.decode(token, options={"verify_signature": False}).get("exp", 0)
-            raise IdentityRefused(_expired(exp)) from None
-        except (TypeError, ValueError, OverflowError) as exc:
-            # A claim of the wrong type or out of range (an issuer that is no text, an exp
-            # of 1e300): PyJWT raises these outside its own errors.
-            raise IdentityRefused(f"the identity assertion is invalid: {exc}") from None
-        except jwt.InvalidAudienceError:
-            raise IdentityRefused(
-                f"the identity assertion is for another tool server; this one is "
-                f"{self.audience!r} (tool_servers[].name in the sidecar's configuration)"
-            ) from None
-        except jwt.InvalidIssuerError:
-            raise IdentityRefused(
-                f"the identity assertion's issuer is not {self.issuer!r}"
-            ) from None
-        except jwt.ImmatureSignatureError:
-            raise IdentityRefused(
-                "the identity assertion is issued in the future: are the clocks of the "
-                "sidecar and this server apart by more than the leeway?"
-            ) from None
-        except jwt.InvalidSignatureError:
+        if not key.Algorithm.verify(signing_input, key.key, signature):
             raise IdentityRefused(
                 "the identity assertion's signature does not verify: it was changed on the "
                 "way, or signed with another key"
-            ) from None
-        except jwt.MissingRequiredClaimError as exc:
-            raise IdentityRefused(f"the identity assertion lacks the claim {exc.claim!r}") from None
-        except jwt.InvalidTokenError as exc:
-            raise IdentityRefused(f"the identity assertion is invalid: {exc}") from None
-        if not isinstance(claims.get(SESSION_CLAIM), str) or not isinstance(
-            claims.get(RUN_CLAIM), str
-        ):
-            raise IdentityRefused("the identity assertion's session or run is not text")
+            )
+        _check_claims(claims, self.issuer, self.audience, self._leeway, now)
         return claims
 
     def _reread(self) -> None:
@@ -276,9 +248,96 @@ class IdentityVerifier:
         logger.info("identity keys reloaded from %s: %d keys", self._file, len(keys))
 
 
-def _expired(exp: Any) -> str:
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp)) if isinstance(exp, int) else "?"
-    return f"the identity assertion expired at {when}"
+def _expired(exp: float) -> str:
+    return f"the identity assertion expired at {_when(exp)}"
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _parts(token: str) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
+    """The header, the claims, the signing input and the signature of a compact JWS.
+
+    Raises:
+        IdentityRefused: not three base64url parts, or a header or payload that is no
+            JSON object.
+    """
+    pieces = token.split(".")
+    try:
+        if len(pieces) != 3 or not all(_BASE64URL.fullmatch(p) for p in pieces):
+            raise ValueError
+        header, claims = (json.loads(_unbase64(p)) for p in pieces[:2])
+        signature = _unbase64(pieces[2])
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise IdentityRefused("the identity assertion is not a JWT") from None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        raise IdentityRefused("the identity assertion is not a JWT")
+    return header, claims, f"{pieces[0]}.{pieces[1]}".encode(), signature
+
+
+def _unbase64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def _check_claims(
+    claims: Mapping[str, Any], issuer: str, audience: str, leeway: float, now: float
+) -> None:
+    """Steps 7 to 11 of the rule: presence, types, issuer, audience, lifetime.
+
+    Raises:
+        IdentityRefused: the first step that fails, saying which claim.
+    """
+    for name in _REQUIRED_CLAIMS:
+        if name not in claims:
+            raise IdentityRefused(f"the identity assertion lacks the claim {name!r}")
+    for name in ("exp", "iat", "nbf"):
+        if name in claims and not _is_seconds(claims[name]):
+            raise IdentityRefused(
+                f"the identity assertion's claim {name!r} is not a whole number of seconds "
+                f"from 0 to {_LATEST}"
+            )
+    for name in ("iss", "sub", SESSION_CLAIM, RUN_CLAIM):
+        if name in claims and not isinstance(claims[name], str):
+            raise IdentityRefused(f"the identity assertion's claim {name!r} is not a string")
+    aud = claims["aud"]
+    audiences = [aud] if isinstance(aud, str) else aud
+    if (
+        not isinstance(audiences, list)
+        or not audiences
+        or not all(isinstance(a, str) for a in audiences)
+    ):
+        raise IdentityRefused(
+            "the identity assertion's claim 'aud' is not a string or a list of strings"
+        )
+    labels = claims.get(LABELS_CLAIM, {})
+    if LABELS_CLAIM in claims and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        raise IdentityRefused("the identity assertion's claim 'labels' is not an object of strings")
+    if claims["iss"] != issuer:
+        raise IdentityRefused(f"the identity assertion's issuer is not {issuer!r}")
+    if audience not in audiences:
+        raise IdentityRefused(
+            f"the identity assertion is for another tool server; this one is "
+            f"{audience!r} (tool_servers[].name in the sidecar's configuration)"
+        )
+    if now > claims["exp"] + leeway:
+        raise IdentityRefused(_expired(claims["exp"]))
+    if claims["iat"] - leeway > now:
+        raise IdentityRefused(
+            "the identity assertion is issued in the future: are the clocks of the "
+            "sidecar and this server apart by more than the leeway?"
+        )
+    if "nbf" in claims and claims["nbf"] - leeway > now:
+        raise IdentityRefused(f"the identity assertion is not valid before {_when(claims['nbf'])}")
+
+
+def _is_seconds(value: Any) -> bool:
+    """A JSON number with a whole value in range: ``1e300``, ``1.5``, ``true`` are not."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or value.is_integer()) and 0 <= value <= _LATEST
 
 
 def _checked_against(
@@ -290,12 +349,7 @@ def _checked_against(
         IdentityRefused: an entry of the plain metadata contradicts the claims.
     """
     principal = claims.get("sub", "")
-    labels_claim = claims.get(LABELS_CLAIM)
-    if labels_claim is not None and (
-        not isinstance(labels_claim, dict)
-        or not all(isinstance(v, str) for v in labels_claim.values())
-    ):
-        raise IdentityRefused("the identity assertion's labels are not an object of strings")
+    labels_claim = claims.get(LABELS_CLAIM)  # its type checked by _check_claims
     try:
         stated = {
             PRINCIPAL_KEY: _text(found[PRINCIPAL_KEY]) if PRINCIPAL_KEY in found else None,

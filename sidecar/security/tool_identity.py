@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from agentsidecar.tool_identity import (
     CALL_ID_KEY,
     LABELS_CLAIM,
     LABELS_KEY,
+    MAX_LABELS_BYTES,
     PRINCIPAL_KEY,
     RUN_CLAIM,
     RUN_ID_KEY,
@@ -91,6 +93,14 @@ class ToolIdentity:
         base.append((SESSION_ID_KEY, encode_text(session_id)))
         base.append((RUN_ID_KEY, encode_text(run_id)))
         encoded = encode_labels(labels)
+        if self.signer is not None and encoded not in (None, _TOO_LARGE):
+            # The assertion carries them as PyJWT writes JSON (non-ASCII as \\u escapes,
+            # up to three times longer): too large there is too large in both places, so
+            # the assertion stays under MAX_ASSERTION_BYTES.
+            if len(json.dumps(dict(sorted(labels.items())), separators=(",", ":"))) > (
+                MAX_LABELS_BYTES
+            ):
+                encoded = _TOO_LARGE
         if encoded is not None:
             base.append((LABELS_KEY, encoded))
         claims: dict[str, Any] | None = None

@@ -182,6 +182,7 @@ def _cases(keys: _Keys) -> list[dict[str, Any]]:
     refused("bad base64 in the signature", good[:-4] + "*!*!", "not_jwt")
     refused("crit", sign({**ed, "crit": ["exp"]}, _claims()), "header")
     refused("crit, empty", sign({**ed, "crit": []}, _claims()), "header")
+    refused("b64, an unencoded payload", sign({**ed, "b64": True}, _claims()), "header")
     refused("alg none", f"{_part({'alg': 'none', 'kid': ed['kid']})}.{_part(_claims())}.", "header")
     refused("alg HS256", sign({**ed, "alg": "HS256"}, _claims()), "header")
     refused("no alg", sign({"kid": ed["kid"]}, _claims()), "header")

@@ -20,13 +20,14 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agentsidecar.tool_identity import (
     ASSERTION_KEY,
     KEYS,
     LABELS_KEY,
+    MAX_ASSERTION_BYTES,
     MAX_LABELS_BYTES,
     PRINCIPAL_KEY,
     decode_text,
@@ -476,3 +477,34 @@ def test_a_signed_assertion_of_any_shape_is_verified_or_refused_never_an_error(
     except IdentityRefused:
         return
     assert identity.verified
+
+
+@example(principal="p" * 128, session_id="s" * 128, labels={"k": "é" * 1000})
+@given(
+    principal=PRINCIPAL_NAMES,
+    session_id=IDS,
+    labels=st.dictionaries(
+        LABEL_KEYS, st.text(st.sampled_from('aé€😀\\"'), max_size=MAX_LABEL_VALUE), max_size=64
+    ),
+)
+def test_whatever_the_sidecar_signs_fits_the_size_every_sdk_takes_and_verifies(
+    tmp_path_factory: pytest.TempPathFactory,
+    principal: str,
+    session_id: str,
+    labels: dict[str, str],
+) -> None:
+    # The longest names the configuration allows; labels whose escapes (PyJWT writes
+    # non-ASCII as \u escapes) would triple them.
+    tmp = tmp_path_factory.mktemp("largest")
+    config = ToolAssertionConfig(key_file=str(_ed25519_pem(tmp / "key.pem")), issuer="i" * 256)
+    signer = AssertionSigner(config)
+    keys = tmp / "jwks.json"
+    keys.write_text(json.dumps(signer.jwks()))
+    server = "s" + "x" * 31
+    run = ToolIdentity(signer).for_run(Principal(principal), session_id, "r" * 36, labels)
+    metadata = run.call_metadata(server, "call_1", ())
+    token = dict(metadata)[ASSERTION_KEY]
+    assert len(token) <= MAX_ASSERTION_BYTES
+    identity = IdentityVerifier(str(keys), server, "i" * 256).verify(metadata, "call_1")
+    assert identity.verified
+    assert dict(identity.labels) == (labels if not identity.labels_omitted else {})

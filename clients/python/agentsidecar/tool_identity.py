@@ -40,6 +40,7 @@ __all__ = [
     "KEYS",
     "LABELS_CLAIM",
     "LABELS_KEY",
+    "MAX_ASSERTION_BYTES",
     "MAX_LABELS_BYTES",
     "PRINCIPAL_KEY",
     "RUN_CLAIM",
@@ -75,6 +76,10 @@ LABELS_CLAIM = "labels"
 ALGORITHMS = ("EdDSA", "ES256")
 """The algorithms the sidecar signs with: Ed25519 keys sign EdDSA, P-256 keys ES256."""
 
+MAX_ASSERTION_BYTES = 6144
+"""The largest identity assertion a tool server verifies (longer ones are refused before
+any parsing); the sidecar's own stay well under it (``MAX_LABELS_BYTES`` of labels, short
+ids)."""
 MAX_LABELS_BYTES = 2048
 """The largest labels (their JSON, in bytes) that travel. gRPC servers refuse a call whose
 metadata exceeds 8 KiB (C-core's default soft limit), and labels travel twice when the
