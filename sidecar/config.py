@@ -7,10 +7,13 @@ invalid file fails with a message naming the offending key.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import random
 import re
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -1641,9 +1644,7 @@ class SidecarConfig(_Strict):
             try:
                 resolve_model(self.model, self.replay.judge)
             except ValidationError as exc:
-                problem = "; ".join(
-                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-                )
+                problem = "; ".join(f"{key_path(e['loc'])}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"replay.judge: {problem}") from None
         return self
 
@@ -1760,9 +1761,7 @@ class SidecarConfig(_Strict):
                 try:
                     resolve_model(self.model, override)
                 except ValidationError as exc:
-                    problem = "; ".join(
-                        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-                    )
+                    problem = "; ".join(f"{key_path(e['loc'])}: {e['msg']}" for e in exc.errors())
                     raise ValueError(f"profiles.{name}.{where}: {problem}") from None
         return self
 
@@ -1851,9 +1850,65 @@ def parse_config(data: Mapping[str, Any] | None, *, source: str = "config") -> S
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            key = ".".join(str(part) for part in error["loc"]) or "(root)"
-            problems.append(f"  {key}: {error['msg']}")
+            message = error["msg"]
+            if error["type"] == "extra_forbidden":
+                message = "unknown key" + _did_you_mean(error["loc"])
+            problems.append(f"  {key_path(error['loc']) or '(root)'}: {message}")
         raise ConfigError(f"{source} is invalid:\n" + "\n".join(problems)) from None
+
+
+def key_path(loc: Sequence[int | str]) -> str:
+    """A key's place as the docs write it: ``tool_servers[0].timeout``."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def _did_you_mean(loc: Sequence[int | str]) -> str:
+    """``; did you mean 'grace_period'?`` for an unknown key close to one its section has."""
+    known = _keys_at(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (its section takes {', '.join(sorted(known))})" if 0 < len(known) <= 12 else ""
+
+
+def _keys_at(loc: Sequence[int | str]) -> list[str]:
+    """The keys the section at ``loc`` takes; empty when the path leaves the models (a
+    union, a list of plain values)."""
+    kinds: list[Any] = [SidecarConfig]
+    for part in loc:
+        inner: list[Any] = []
+        for kind in _unwrapped(kinds):
+            if isinstance(part, int) or _is_mapping(kind):
+                inner.extend(typing.get_args(kind)[-1:])  # a list's items, a dict's values
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                field = kind.model_fields.get(part)
+                if field is not None:
+                    inner.append(field.annotation)
+        kinds = inner
+    models = [k for k in _unwrapped(kinds) if isinstance(k, type) and issubclass(k, BaseModel)]
+    return sorted({name for model in models for name in model.model_fields})
+
+
+def _unwrapped(kinds: Sequence[Any]) -> list[Any]:
+    """Optional[X] and unions as their members, lists as themselves."""
+    out: list[Any] = []
+    for kind in kinds:
+        origin = typing.get_origin(kind)
+        if origin in (typing.Union, types.UnionType):
+            out.extend(_unwrapped(typing.get_args(kind)))
+        elif origin is typing.Annotated:
+            out.extend(_unwrapped(typing.get_args(kind)[:1]))
+        else:
+            out.append(kind)
+    return out
+
+
+def _is_mapping(kind: Any) -> bool:
+    origin = typing.get_origin(kind)
+    return origin in (list, tuple, dict) or (origin is not None and issubclass(origin, Mapping))
 
 
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
@@ -1938,7 +1993,8 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> S
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        where = str(exc).replace('"<unicode string>"', f'"{path}"')
+        raise ConfigError(f"{path} is not valid YAML: {where}") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     data, used = expand_variables(data, environ or {}, source=str(path))

@@ -27,6 +27,7 @@ from sidecar.config import (
     SecurityConfig,
     ServerConfig,
     SessionsConfig,
+    SidecarConfig,
     TelemetryConfig,
     ToolServerConfig,
     load_config,
@@ -54,7 +55,7 @@ def test_config_errors_name_every_offending_key() -> None:
             }
         )
     message = str(info.value)
-    assert "tool_servers.0.timeout" in message
+    assert "tool_servers[0].timeout" in message
     assert "profiles.p.max_steps" in message
     assert "modle" in message
 
@@ -436,3 +437,71 @@ def test_listeners_on_ports_picked_at_start_never_collide() -> None:
         }
     )
     assert config.mcp.port == 0
+
+
+def _misspelt(name: str) -> str:
+    """``name`` with two letters in its middle swapped (or doubled, when they are equal)."""
+    i = len(name) // 2
+    swapped = name[: i - 1] + name[i] + name[i - 1] + name[i + 1 :]
+    return swapped if swapped != name else name[:i] + name[i] + name[i:]
+
+
+def test_a_misspelt_key_anywhere_is_named_where_the_docs_write_it_with_the_key_it_meant() -> None:
+    # Every key of every section, lists of sections included, misspelt in place.
+    every = _config_keys(SidecarConfig, "")
+    keys = [k for k in every if len(k.rpartition(".")[2]) >= 4]
+    suggested_itself = 0
+    for key in keys:
+        *sections, leaf = key.split(".")
+        wrong = _misspelt(leaf)
+        doc: dict[str, Any] = {}
+        node = doc
+        for section in sections:
+            if section.endswith("[]"):
+                item: dict[str, Any] = {}
+                node[section[:-2]] = [item]
+                node = item
+            else:
+                node = node.setdefault(section, {})
+        node[wrong] = 1
+        with pytest.raises(ConfigError) as info:
+            parse_config(doc)
+        where = "".join(f"{s}." for s in sections).replace("[]", "[0]")
+        line = next(
+            (ln.strip() for ln in str(info.value).splitlines() if f"{wrong}: unknown key" in ln),
+            None,
+        )
+        assert line is not None and line.startswith(f"{where}{wrong}: unknown key"), (
+            key,
+            info.value,
+        )
+        meant = re.search(r"did you mean '([^']+)'\?", line)
+        assert meant is not None, line
+        parent = key.rpartition(".")[0]
+        below = [k[len(parent) + 1 :] if parent else k for k in every if k.startswith(parent)]
+        siblings = {k.split(".")[0].removesuffix("[]") for k in below}
+        assert meant[1] in siblings, line
+        suggested_itself += meant[1] == leaf
+    assert suggested_itself >= 0.95 * len(keys), (suggested_itself, len(keys))
+
+
+def test_sections_by_name_and_nested_lists_get_the_same_suggestions() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {
+                "profiles": {"p": {"max_stpes": 1, "variants": [{"name": "v", "wieght": 1}]}},
+                "prices": {"m": {"promt": 1, "per_token": 1}},
+                "mcp_servers": [
+                    {"name": "m", "command": ["x"], "tools": {"t": {"requires_aproval": 1}}}
+                ],
+            }
+        )
+    message = str(info.value)
+    for line in (
+        "profiles.p.max_stpes: unknown key; did you mean 'max_steps'?",
+        "profiles.p.variants[0].wieght: unknown key; did you mean 'weight'?",
+        "mcp_servers[0].tools.t.requires_aproval: unknown key; did you mean 'requires_approval'?",
+        "prices.m.promt: unknown key; did you mean 'prompt'?",
+        "prices.m.per_token: unknown key (its section takes cached_prompt, completion, prompt)",
+    ):
+        assert line in message, message

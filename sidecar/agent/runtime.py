@@ -25,7 +25,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
@@ -96,17 +98,45 @@ def tool_server_token(config: ToolServerConfig, environ: Mapping[str, str]) -> s
 def _restart_only_changes(old: SidecarConfig, new: SidecarConfig) -> list[str]:
     """The settings ``new`` changes that only a restart applies."""
     changed = [
-        name
+        key
         for name in SidecarConfig.model_fields
-        if name not in RELOADABLE and getattr(old, name) != getattr(new, name)
+        if name not in RELOADABLE
+        for key in _changed_keys(getattr(old, name), getattr(new, name), name)
     ]
-    if old.auth.audit != new.auth.audit:
-        changed.append("auth.audit")
-    if [s.model_copy(update={"weight": 0}) for s in old.tool_servers] != [
-        s.model_copy(update={"weight": 0}) for s in new.tool_servers
-    ]:
-        changed.append("tool_servers (other than their weights)")
+    changed += _changed_keys(old.auth.audit, new.auth.audit, "auth.audit")
+    changed += _changed_keys(
+        [s.model_copy(update={"weight": 0}) for s in old.tool_servers],
+        [s.model_copy(update={"weight": 0}) for s in new.tool_servers],
+        "tool_servers",
+    )
     return changed
+
+
+def _changed_keys(old: Any, new: Any, where: str) -> list[str]:
+    """The keys under ``where`` whose values differ (``server.port``,
+    ``tool_servers[1].address``): the whole ``where`` when a list changes length or a
+    value changes kind."""
+    if old == new:
+        return []
+    if isinstance(old, BaseModel) and type(old) is type(new):
+        return [
+            key
+            for name in type(old).model_fields
+            for key in _changed_keys(getattr(old, name), getattr(new, name), f"{where}.{name}")
+        ]
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            key
+            for name in sorted({*old, *new}, key=str)
+            for key in _changed_keys(old.get(name), new.get(name), f"{where}.{name}")
+        ]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            key
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for key in _changed_keys(a, b, f"{where}[{i}]")
+        ]
+    return [where]
 
 
 def _tool_versions(config: SidecarConfig) -> dict[str, list[tuple[str, float]]]:
@@ -492,7 +522,7 @@ class Runtime:
                     "profile %s names tools no tool server offers: %s; the model does not "
                     "get them (a typo, or a server that is down?)",
                     name,
-                    ", ".join(sorted(fresh)),
+                    ", ".join(f"{t}{self.catalog.spelt_like(t)}" for t in sorted(fresh)),
                 )
             reported[name] = unknown
         self._unknown_tools = reported

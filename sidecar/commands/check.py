@@ -167,6 +167,7 @@ async def _discover(config: SidecarConfig, environ: Mapping[str, str], found: Fi
         for tool in catalog.unknown(profile.tools or []):
             found.problems.append(
                 f"profile {name} names tool {tool!r}, which no tool server offers"
+                + catalog.spelt_like(tool)
             )
         allowed = frozenset(profile.tools) if profile.tools is not None else None
         count = len(catalog.definitions(name, allowed, frozenset()))

@@ -20,6 +20,18 @@ from typing import Any
 from agentsidecar.logs import FORMATS, LEVELS, configure_logging
 from sidecar.telemetry import own_version
 
+_DESCRIPTION = """\
+A gRPC sidecar that runs an LLM agent's loop and calls its tools on tool servers.
+
+  agent-sidecar serve --config sidecar.yaml     serve (no model key: the built-in simulator)
+  agent-sidecar check --config sidecar.yaml     check a configuration before deploying it
+  agent-sidecar demo                            a scenario end to end, on the simulator"""
+
+_EPILOG = """\
+Each command has its own --help. Logs go to stderr; --log-level and --log-format (or
+AGENT_SIDECAR_LOG_LEVEL and AGENT_SIDECAR_LOG_FORMAT) set them. Documentation: docs/ in
+the source, starting with docs/operations.md and docs/configuration.md."""
+
 
 def _run(main: Coroutine[Any, Any, Any]) -> Any:
     try:
@@ -480,7 +492,11 @@ def _recording_commands(commands: Any, logging_flags: argparse.ArgumentParser) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="agent-sidecar", description=__doc__, parents=[_logging_flags(defaults=True)]
+        prog="agent-sidecar",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_logging_flags(defaults=True)],
     )
     parser.add_argument("--version", action="version", version=f"agent-sidecar {own_version()}")
     commands = parser.add_subparsers(dest="command", required=True)

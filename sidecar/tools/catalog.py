@@ -18,6 +18,7 @@ the tool only while that server owns the name.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import re
@@ -387,6 +388,11 @@ class ToolCatalog:
         """The names of a profile's ``tools`` list that no tool offered now answers to,
         by name or as ``server.name``."""
         return [name for name in names if name not in self._by_listed_name]
+
+    def spelt_like(self, name: str) -> str:
+        """`` (did you mean 'slow_read'?)`` for a name close to a tool's, else ``""``."""
+        close = difflib.get_close_matches(name, self._by_listed_name, n=1, cutoff=0.75)
+        return f" (did you mean {close[0]!r}?)" if close else ""
 
     def listed(self, name: str) -> CatalogTool | None:
         """The tool a profile's ``tools`` list names, by its name or as ``server.name``."""

@@ -153,8 +153,19 @@ async def test_a_reload_that_does_not_validate_or_needs_a_restart_changes_nothin
                 c["server"]["max_message_bytes"] = 1 << 20
 
             _rewrite(path, both)
-            await _log_has(log, "take effect only at a restart: server")
+            await _log_has(log, "take effect only at a restart: server.max_message_bytes")
             assert await prompts_after_a_run() == {"Kept."}
+
+            # A tool server's address, by its place in the list.
+            path.write_text(good)
+            _rewrite(path, lambda c: c["tool_servers"][0].update(address="127.0.0.1:9"))
+            await _log_has(log, "take effect only at a restart: tool_servers[0].address")
+            assert await prompts_after_a_run() == {"Kept."}
+
+            # A misspelt key, with the key it meant.
+            path.write_text(good)
+            _rewrite(path, lambda c: c["server"].update(grace_perod=3))
+            await _log_has(log, "server.grace_perod: unknown key; did you mean 'grace_period'?")
 
             # Put right, the file is picked up by the watch alone.
             path.write_text(good)

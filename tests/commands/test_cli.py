@@ -180,7 +180,10 @@ def test_check_finds_a_tool_a_profile_names_and_no_server_offers(tmp_path: Path)
         offline = _check(path, "--offline")
     assert found.returncode == 1, found.stdout + found.stderr
     problems = [line for line in found.stdout.splitlines() if line.startswith("problem:")]
-    assert problems == ["problem: profile typo names tool 'slow_reed', which no tool server offers"]
+    assert problems == [
+        "problem: profile typo names tool 'slow_reed', which no tool server offers "
+        "(did you mean 'slow_read'?)"
+    ]
     assert offline.returncode == 0 and "ok" in offline.stdout
 
 
@@ -360,3 +363,13 @@ def test_a_second_sidecar_on_a_taken_port_is_refused_and_the_first_shares_it_wit
     assert second.returncode == 2
     assert f"port {port} is in use by process {first.pid} (" in second.stderr
     assert "Traceback" not in second.stderr
+
+
+def test_the_help_speaks_to_users_and_names_the_first_commands() -> None:
+    done = run("-m", "sidecar", "--help")
+    assert done.returncode == 0
+    assert "agent-sidecar serve --config sidecar.yaml" in done.stdout
+    assert "agent-sidecar check --config sidecar.yaml" in done.stdout
+    assert "Each command has its own --help" in done.stdout
+    # The module's docstring is for its maintainers.
+    assert "below this module" not in done.stdout

@@ -188,4 +188,4 @@ async def test_a_profile_naming_a_tool_no_server_offers_is_warned_of_and_counted
     assert metrics.get("agent_sidecar_profile_unknown_tools", profile="fine") == 0
     warnings = [ln for ln in log.read_text().splitlines() if "no tool server offers" in ln]
     assert len(warnings) == 1 and "profile support" in warnings[0]
-    assert "get_order_staus" in warnings[0]
+    assert "get_order_staus" in warnings[0] and "did you mean" not in warnings[0]
