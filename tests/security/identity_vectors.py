@@ -221,6 +221,7 @@ def _cases(keys: _Keys) -> list[dict[str, Any]]:
         ("labels", ["tenant"]),
         ("labels", {"tenant": 1}),
         ("labels", "acme"),
+        ("labels", None),
     ):
         refused(f"{claim} as {json.dumps(value)}", sign(ed, _claims(**{claim: value})), "bad_claim")
     refused("for another server", sign(ed, _claims(aud="billing")), "audience")
