@@ -15,6 +15,8 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,11 +65,12 @@ type Identity struct {
 	Labels map[string]string
 	// LabelsOmitted: the session has labels, too many to send (over 2 KiB of JSON).
 	LabelsOmitted bool
-	// Verified: the server verified the assertion's signature, issuer, audience and
-	// lifetime, and the plain metadata agrees with it.
+	// Verified: the server verified the assertion by the rule every verifier follows
+	// (docs/tool-servers.md): its size, shape, header, key, signature, the claims' presence
+	// and types, issuer, audience and lifetime, and that the plain metadata agrees with it.
 	Verified bool
-	// Claims are the verified assertion's claims (iss, sub, aud, exp, jti ...); nil when
-	// not verified.
+	// Claims are the verified assertion's claims (iss, sub, aud, exp, jti ...) as JSON
+	// decodes them, numbers as json.Number (exact); nil when not verified.
 	Claims map[string]any
 }
 
@@ -85,7 +88,7 @@ type IdentityConfig struct {
 	// Required refuses calls that carry no assertion; otherwise they run with the plain,
 	// unverified identity.
 	Required bool
-	// Leeway is the clock difference allowed for exp and iat; 0 means DefaultLeeway.
+	// Leeway is the clock difference allowed for exp, iat and nbf; 0 means DefaultLeeway.
 	Leeway time.Duration
 }
 
@@ -198,6 +201,29 @@ type publicKey struct {
 	key any
 }
 
+// The limits of the rule every verifier follows (docs/tool-servers.md, "The rule every
+// verifier follows").
+const (
+	// maxAssertionSize bounds a token: the sidecar's are about 1 KB, 4 KB with the most
+	// labels it sends.
+	maxAssertionSize = 6144
+	// maxNumericDate is 9999-12-31T23:59:59Z, the last second a time claim may name.
+	maxNumericDate = 253402300799
+)
+
+// requiredClaims are the claims every assertion holds, in the order they are checked.
+var requiredClaims = []string{"iss", "aud", "exp", "iat", "sid", "run_id"}
+
+// assertion is what a verified token asserts, remembered while it is valid.
+type assertion struct {
+	claims    map[string]any
+	exp       int64
+	principal string
+	sessionID string
+	runID     string
+	labels    map[string]string // nil: the token has no labels claim (too large to send)
+}
+
 // verifier checks the identity assertion of each call.
 type verifier struct {
 	cfg IdentityConfig
@@ -207,7 +233,7 @@ type verifier struct {
 	keys     map[string]publicKey // by kid; "" for a PEM key
 	seen     fileState
 	checked  time.Time
-	verified map[string]jwt.MapClaims
+	verified map[string]*assertion
 }
 
 type fileState struct {
@@ -225,7 +251,7 @@ func newVerifier(cfg IdentityConfig) (*verifier, error) {
 	if cfg.Leeway == 0 {
 		cfg.Leeway = DefaultLeeway
 	}
-	v := &verifier{cfg: cfg, now: time.Now, verified: map[string]jwt.MapClaims{}}
+	v := &verifier{cfg: cfg, now: time.Now, verified: map[string]*assertion{}}
 	keys, state, err := loadKeys(cfg.KeysFile)
 	if err != nil {
 		return nil, err
@@ -256,105 +282,275 @@ func (v *verifier) verify(ctx context.Context, callID string) (*Identity, error)
 		}
 		return id, nil
 	}
-	claims, err := v.claims(token)
+	asserted, err := v.assertion(token)
 	if err != nil {
 		return nil, err
 	}
-	return checkedAgainst(claims, md, callID)
+	return checkedAgainst(asserted, md, callID)
 }
 
-func (v *verifier) claims(token string) (jwt.MapClaims, error) {
+// assertion is what token asserts: remembered when verified before (and not expired
+// since), else verified by steps 1 to 11 of the rule.
+func (v *verifier) assertion(token string) (*assertion, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.reread()
 	now := v.now()
-	if claims, ok := v.verified[token]; ok {
-		exp, _ := claims.GetExpirationTime()
-		if exp == nil || now.After(exp.Add(v.cfg.Leeway)) {
-			return nil, refused("%s", expired(exp))
+	if cached, ok := v.verified[token]; ok {
+		if expiredBy(cached.exp, now, v.cfg.Leeway) {
+			return nil, refused("%s", expired(cached.exp))
 		}
-		return claims, nil
+		return cached, nil
 	}
-	claims, err := v.decode(token, now)
+	asserted, err := v.decode(token, now)
 	if err != nil {
 		return nil, err
 	}
 	if len(v.verified) >= identityCacheSize {
 		clear(v.verified) // one per run in flight, about: forgetting costs a verification
 	}
-	v.verified[token] = claims
-	return claims, nil
+	v.verified[token] = asserted
+	return asserted, nil
 }
 
-func (v *verifier) decode(token string, now time.Time) (jwt.MapClaims, error) {
-	parser := jwt.NewParser(
-		jwt.WithValidMethods([]string{"EdDSA", "ES256"}),
-		jwt.WithAudience(v.cfg.Audience),
-		jwt.WithIssuer(v.cfg.Issuer),
-		jwt.WithLeeway(v.cfg.Leeway),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(),
-		jwt.WithTimeFunc(func() time.Time { return now }),
-	)
-	claims := jwt.MapClaims{}
-	var unknownKid *string
-	_, err := parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
-		kid, _ := t.Header["kid"].(string)
-		key, ok := v.keys[kid]
-		if !ok && len(v.keys) == 1 {
-			key, ok = v.keys[""] // a PEM key: no key ids
-		}
-		if !ok {
-			unknownKid = &kid
-			return nil, errors.New("unknown key")
-		}
-		if t.Method.Alg() != key.alg {
-			return nil, fmt.Errorf("the key signs %s, not %s", key.alg, t.Method.Alg())
-		}
-		return key.key, nil
-	})
-	switch {
-	case err == nil:
-	case unknownKid != nil:
-		kid := *unknownKid
-		if len(kid) > 64 {
-			kid = kid[:64]
-		}
-		return nil, refused("the identity assertion is signed by a key this server does not know (kid %q): give it the sidecar's current JWKS", kid)
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return nil, refused("the identity assertion is not a JWT")
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+// decode verifies token by the rule's steps 1 to 11, in their order: the first that fails
+// refuses it. Only the signature (step 6) is golang-jwt's; the rest is this package's, so
+// no library's defaults decide. Messages never hold the token.
+func (v *verifier) decode(token string, now time.Time) (*assertion, error) {
+	// 1. size
+	if len(token) > maxAssertionSize {
+		return nil, refused("the identity assertion is over %d bytes (it has %d): the sidecar's are about 1 KB", maxAssertionSize, len(token))
+	}
+	// 2. shape
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, refused("the identity assertion is not a JWT: it has %d parts, not three", len(parts))
+	}
+	header, ok := jsonObject(parts[0])
+	if !ok {
+		return nil, refused("the identity assertion is not a JWT: its header is not a base64url JSON object")
+	}
+	payload, ok := jsonObject(parts[1])
+	if !ok {
+		return nil, refused("the identity assertion is not a JWT: its payload is not a base64url JSON object")
+	}
+	signature, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return nil, refused("the identity assertion is not a JWT: its signature is not base64url")
+	}
+	// 3. header
+	alg, _ := header["alg"].(string)
+	if alg != "EdDSA" && alg != "ES256" {
+		return nil, refused("the identity assertion's header is refused: its alg (%s) is neither EdDSA nor ES256", shown(header["alg"]))
+	}
+	if _, ok := header["crit"]; ok {
+		return nil, refused("the identity assertion's header is refused: it has crit, and no extension is understood")
+	}
+	// 4. key
+	key, ok := v.keys[""] // a PEM file's one key, which takes any kid
+	if kid, isText := header["kid"].(string); !ok && isText && kid != "" {
+		key, ok = v.keys[kid] // a JWKS's keys, each under its kid
+	}
+	if !ok {
+		return nil, refused("the identity assertion is signed by a key this server does not know (kid %s): give it the sidecar's current JWKS", shown(header["kid"]))
+	}
+	// 5. header and key
+	if key.alg != alg {
+		return nil, refused("the identity assertion's header is refused: its alg is %s, and the key (kid %s) signs %s", alg, shown(header["kid"]), key.alg)
+	}
+	// 6. signature
+	method := jwt.GetSigningMethod(alg)
+	if method == nil || method.Verify(parts[0]+"."+parts[1], signature, key.key) != nil {
 		return nil, refused("the identity assertion's signature does not verify: it was changed on the way, or signed with another key")
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return nil, refused("the identity assertion lacks a required claim: %v", err)
-	case errors.Is(err, jwt.ErrTokenExpired):
-		exp, _ := claims.GetExpirationTime()
-		return nil, refused("%s", expired(exp))
-	case errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return nil, refused("the identity assertion is for another tool server; this one is %q (tool_servers[].name in the sidecar's configuration)", v.cfg.Audience)
-	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return nil, refused("the identity assertion's issuer is not %q", v.cfg.Issuer)
-	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return nil, refused("the identity assertion is issued in the future: are the clocks of the sidecar and this server apart by more than the leeway?")
-	default:
-		return nil, refused("the identity assertion is invalid: %v", err)
 	}
-	if _, err := claims.GetIssuedAt(); err != nil || claims["iat"] == nil {
-		return nil, refused("the identity assertion lacks the claim \"iat\"")
-	}
-	for _, name := range []string{"sid", "run_id"} {
-		if _, ok := claims[name].(string); !ok {
+	// 7. claims present
+	for _, name := range requiredClaims {
+		if _, ok := payload[name]; !ok {
 			return nil, refused("the identity assertion lacks the claim %q", name)
 		}
 	}
-	return claims, nil
+	// 8. claim types
+	times := map[string]int64{}
+	for _, name := range []string{"exp", "iat", "nbf"} {
+		value, ok := payload[name]
+		if !ok {
+			continue
+		}
+		if times[name], ok = numericDate(value); !ok {
+			return nil, refused("the identity assertion's claim %q is not a whole number of seconds from 0 to %d", name, maxNumericDate)
+		}
+	}
+	texts := map[string]string{}
+	for _, name := range []string{"iss", "sub", "sid", "run_id"} {
+		value, ok := payload[name]
+		if !ok {
+			continue
+		}
+		if texts[name], ok = value.(string); !ok {
+			return nil, refused("the identity assertion's claim %q is not a string", name)
+		}
+	}
+	audiences, ok := audience(payload["aud"])
+	if !ok {
+		return nil, refused("the identity assertion's claim \"aud\" is neither a string nor a non-empty array of strings")
+	}
+	var labels map[string]string
+	if value, ok := payload["labels"]; ok {
+		if labels, ok = stringObject(value); !ok {
+			return nil, refused("the identity assertion's claim \"labels\" is not an object of strings")
+		}
+	}
+	// 9. issuer
+	if texts["iss"] != v.cfg.Issuer {
+		return nil, refused("the identity assertion's issuer is not %q", v.cfg.Issuer)
+	}
+	// 10. audience
+	if !slices.Contains(audiences, v.cfg.Audience) {
+		return nil, refused("the identity assertion is for another tool server; this one is %q (tool_servers[].name in the sidecar's configuration)", v.cfg.Audience)
+	}
+	// 11. lifetime
+	leeway := v.cfg.Leeway
+	if expiredBy(times["exp"], now, leeway) {
+		return nil, refused("%s", expired(times["exp"]))
+	}
+	if time.Unix(times["iat"], 0).Add(-leeway).After(now) {
+		return nil, refused("the identity assertion is issued in the future (at %s): are the clocks of the sidecar and this server apart by more than the leeway?", instant(times["iat"]))
+	}
+	if nbf, ok := times["nbf"]; ok && time.Unix(nbf, 0).Add(-leeway).After(now) {
+		return nil, refused("the identity assertion is not valid before %s", instant(nbf))
+	}
+	return &assertion{
+		claims:    payload,
+		exp:       times["exp"],
+		principal: texts["sub"],
+		sessionID: texts["sid"],
+		runID:     texts["run_id"],
+		labels:    labels,
+	}, nil
 }
 
-func expired(exp *jwt.NumericDate) string {
-	if exp == nil {
-		return "the identity assertion has no expiry"
+// jsonObject is the JSON object a base64url part of a token holds, its numbers as
+// json.Number (exact, whatever their size).
+func jsonObject(part string) (map[string]any, bool) {
+	data, err := base64.RawURLEncoding.DecodeString(part)
+	if err != nil || !json.Valid(data) {
+		return nil, false
 	}
-	return "the identity assertion expired at " + exp.UTC().Format("2006-01-02T15:04:05Z")
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.UseNumber()
+	var object map[string]any
+	if err := decoder.Decode(&object); err != nil || object == nil { // nil: JSON null
+		return nil, false
+	}
+	return object, true
+}
+
+// numericDate is a time claim's seconds: a JSON number with a whole value from 0 to
+// maxNumericDate, however written (1800000000, 1800000000.0, 1.8e9).
+func numericDate(value any) (int64, bool) {
+	number, ok := value.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	return wholeSeconds(string(number))
+}
+
+// wholeSeconds reads a JSON number exactly (no float rounds 1800000000.0000001 to a whole
+// number, and no exponent is expanded past the range).
+func wholeSeconds(number string) (int64, bool) {
+	mantissa, exponentText, hasExponent := strings.Cut(strings.ToLower(number), "e")
+	negative := strings.HasPrefix(mantissa, "-")
+	whole, fraction, _ := strings.Cut(strings.TrimPrefix(mantissa, "-"), ".")
+	digits := strings.TrimLeft(whole+fraction, "0")
+	if digits == "" {
+		return 0, true // zero, however written
+	}
+	if negative {
+		return 0, false
+	}
+	var exponent int64
+	if hasExponent {
+		var err error
+		if exponent, err = strconv.ParseInt(exponentText, 10, 32); err != nil {
+			return 0, false // a fraction or a value far past the range
+		}
+	}
+	exponent -= int64(len(fraction))
+	significant := strings.TrimRight(digits, "0")
+	exponent += int64(len(digits) - len(significant))
+	if exponent < 0 || int64(len(significant))+exponent > int64(len(strconv.Itoa(maxNumericDate))) {
+		return 0, false // a fraction, or over the range
+	}
+	seconds, err := strconv.ParseInt(significant+strings.Repeat("0", int(exponent)), 10, 64)
+	if err != nil || seconds > maxNumericDate {
+		return 0, false
+	}
+	return seconds, true
+}
+
+// audience is the aud claim's names: a string, or a non-empty array of strings.
+func audience(value any) ([]string, bool) {
+	switch aud := value.(type) {
+	case string:
+		return []string{aud}, true
+	case []any:
+		if len(aud) == 0 {
+			return nil, false
+		}
+		names := make([]string, len(aud))
+		for i, name := range aud {
+			var ok bool
+			if names[i], ok = name.(string); !ok {
+				return nil, false
+			}
+		}
+		return names, true
+	}
+	return nil, false
+}
+
+// stringObject is a JSON object whose values are all strings.
+func stringObject(value any) (map[string]string, bool) {
+	object, ok := value.(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	texts := make(map[string]string, len(object))
+	for k, item := range object {
+		s, ok := item.(string)
+		if !ok {
+			return nil, false
+		}
+		texts[k] = s
+	}
+	return texts, true
+}
+
+// shown is a header parameter for a message: quoted and cut short, as the sender wrote
+// anything in it.
+func shown(value any) string {
+	switch value := value.(type) {
+	case nil:
+		return "absent"
+	case string:
+		if len(value) > 64 {
+			value = value[:64]
+		}
+		return strconv.Quote(value)
+	}
+	return "not a string"
+}
+
+func expiredBy(exp int64, now time.Time, leeway time.Duration) bool {
+	return time.Unix(exp, 0).Add(leeway).Before(now)
+}
+
+func instant(seconds int64) string {
+	return time.Unix(seconds, 0).UTC().Format("2006-01-02T15:04:05Z")
+}
+
+func expired(exp int64) string {
+	return "the identity assertion expired at " + instant(exp)
 }
 
 // reread loads the keys file again when it changed (a rotation); half-written files
@@ -377,13 +573,13 @@ func (v *verifier) reread() {
 	clear(v.verified) // a key may be gone
 }
 
-// checkedAgainst is the identity of verified claims, when the plain metadata agrees.
-func checkedAgainst(claims jwt.MapClaims, md metadata.MD, callID string) (*Identity, error) {
-	principal, _ := claims["sub"].(string)
-	asserted := map[string]string{
-		PrincipalKey: principal,
-		SessionIDKey: claims["sid"].(string),
-		RunIDKey:     claims["run_id"].(string),
+// checkedAgainst is the identity a verified assertion asserts, when the plain metadata
+// agrees with it (step 12 of the rule).
+func checkedAgainst(asserted *assertion, md metadata.MD, callID string) (*Identity, error) {
+	claimed := map[string]string{
+		PrincipalKey: asserted.principal,
+		SessionIDKey: asserted.sessionID,
+		RunIDKey:     asserted.runID,
 		CallIDKey:    callID,
 	}
 	for _, key := range []string{PrincipalKey, SessionIDKey, RunIDKey, CallIDKey} {
@@ -391,48 +587,34 @@ func checkedAgainst(claims jwt.MapClaims, md metadata.MD, callID string) (*Ident
 		if err != nil {
 			return nil, refused("the call's identity metadata is malformed: %v", err)
 		}
-		if ok && value != asserted[key] {
+		if ok && value != claimed[key] {
 			if key == CallIDKey {
 				return nil, refused("%s contradicts the request's call_id", key)
 			}
 			return nil, refused("%s contradicts the identity assertion", key)
 		}
 	}
-	var asserts map[string]string
-	omitted := true
-	if raw, ok := claims["labels"]; ok && raw != nil {
-		object, ok := raw.(map[string]any)
-		if !ok {
-			return nil, refused("the identity assertion's labels are not an object of strings")
-		}
-		asserts, omitted = make(map[string]string, len(object)), false
-		for k, value := range object {
-			s, ok := value.(string)
-			if !ok {
-				return nil, refused("the identity assertion's labels are not an object of strings")
-			}
-			asserts[k] = s
-		}
-	}
+	omitted := asserted.labels == nil
 	stated, present, err := labels(md)
 	if err != nil {
 		return nil, refused("the call's identity metadata is malformed: %v", err)
 	}
-	if present && !(stated == nil && omitted || stated != nil && !omitted && maps.Equal(stated, asserts)) {
+	if present && !(stated == nil && omitted || stated != nil && !omitted && maps.Equal(stated, asserted.labels)) {
 		return nil, refused("%s contradicts the identity assertion", LabelsKey)
 	}
-	if asserts == nil {
-		asserts = map[string]string{}
+	own := maps.Clone(asserted.labels)
+	if own == nil {
+		own = map[string]string{}
 	}
 	return &Identity{
-		Principal:     principal,
-		SessionID:     asserted[SessionIDKey],
-		RunID:         asserted[RunIDKey],
+		Principal:     asserted.principal,
+		SessionID:     asserted.sessionID,
+		RunID:         asserted.runID,
 		CallID:        callID,
-		Labels:        asserts,
+		Labels:        own,
 		LabelsOmitted: omitted,
 		Verified:      true,
-		Claims:        maps.Clone(claims),
+		Claims:        maps.Clone(asserted.claims),
 	}, nil
 }
 

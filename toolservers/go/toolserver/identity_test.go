@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -276,5 +277,40 @@ func TestAKeysFileWithNoUsableKeyStopsServe(t *testing.T) {
 	err = server.Serve(context.Background(), lis, time.Second)
 	if err == nil || !strings.Contains(err.Error(), "holds no usable key") {
 		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func TestTheFirstCheckOfTheRuleThatFailsNamesTheRefusal(t *testing.T) {
+	s := newSigner(t)
+	var runs atomic.Int32
+	client := whoamiServer(t, &runs, toolserver.WithIdentity(toolserver.IdentityConfig{
+		KeysFile: s.jwks(t), Audience: "ident", Required: true,
+	}))
+	claims := claimsFor("shop")
+	claims["iss"] = "someone"
+	claims["iat"], claims["exp"] = time.Now().Add(-2*time.Hour).Unix(), fmt.Sprint(time.Now().Add(-time.Hour).Unix())
+	// Each step mends what refused the token before, and the next check refuses it.
+	steps := []struct {
+		reason string
+		mend   func()
+	}{
+		{"the identity assertion's claim \"exp\"", func() { claims["exp"] = time.Now().Add(-time.Hour).Unix() }},
+		{"issuer is not", func() { claims["iss"] = "agent-sidecar" }},
+		{"for another tool server", func() { claims["aud"] = []string{"shop", "ident"} }},
+		{"expired at", func() { claims["exp"] = json.Number(fmt.Sprintf("%d.0", time.Now().Add(time.Minute).Unix())) }},
+	}
+	for _, step := range steps {
+		_, err := callWhoami(t, client, append(plainMetadata("alice"), "x-agent-identity", s.sign(t, claims))...)
+		if status.Code(err) != codes.Unauthenticated || !strings.Contains(status.Convert(err).Message(), step.reason) {
+			t.Fatalf("got %v, want UNAUTHENTICATED with %q", err, step.reason)
+		}
+		step.mend()
+	}
+	id, err := callWhoami(t, client, append(plainMetadata("alice"), "x-agent-identity", s.sign(t, claims))...)
+	if err != nil || !id.Verified || id.Principal != "alice" {
+		t.Fatalf("%+v %v", id, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
 	}
 }
