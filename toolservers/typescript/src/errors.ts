@@ -4,7 +4,9 @@
  * ```text
  * ToolServerError           anything this package throws on purpose
  * ├── ToolDefinitionError   a tool is declared wrongly (when it is registered)
- * └── ToolFailure           thrown by a tool: fail with a message for the model
+ * ├── ToolFailure           thrown by a tool: fail with a message for the model
+ * ├── MalformedIdentity     a call's identity metadata is malformed (identity.ts)
+ * └── IdentityRefused       a call's identity assertion does not verify (verifier.ts)
  * ```
  */
 

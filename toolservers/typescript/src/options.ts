@@ -37,6 +37,24 @@ export interface ServeOptions {
   announce?: (line: string) => void;
   /** Log level of the stderr log: `debug`, `info` (default), `warn`, `error`. */
   logLevel?: LogLevel;
+  /**
+   * The sidecar's public keys (a JWKS, as `agent-sidecar identity jwks` prints it, or a PEM
+   * public key): every call's signed identity assertion is verified with them before its
+   * handler runs, and a call whose assertion fails ends UNAUTHENTICATED. Reread within a
+   * second of a change. Default: none, and handlers see the plain, unverified identity.
+   */
+  identityKeysFile?: string;
+  /** This server's name in the sidecar's configuration (`tool_servers[].name`); needed with `identityKeysFile`. */
+  identityAudience?: string;
+  /** The issuer the sidecar signs as (`auth.tool_assertion.issuer`). Default `agent-sidecar`. */
+  identityIssuer?: string;
+  /**
+   * Refuse calls that carry no assertion (UNAUTHENTICATED). Default false: they run, with the
+   * plain identity (`context.identity.verified` false).
+   */
+  identityRequired?: boolean;
+  /** Seconds the clocks of the sidecar and this server may be apart when an assertion's lifetime is checked. Default 10. */
+  identityLeeway?: number;
 }
 
 /** The problem with a set of options, or undefined when there is none. */
@@ -52,6 +70,15 @@ export function optionsProblem(options: ServeOptions): string | undefined {
     return `port must be an integer from 0 to 65535, got ${options.port}`;
   }
   if (options.grace !== undefined && !(options.grace >= 0)) return `grace must be seconds >= 0, got ${options.grace}`;
+  if (options.identityKeysFile !== undefined && !options.identityAudience) {
+    return "identityKeysFile needs identityAudience: this server's name in the sidecar's configuration (tool_servers[].name)";
+  }
+  if (options.identityRequired && options.identityKeysFile === undefined) {
+    return "identityRequired needs identityKeysFile to verify with";
+  }
+  if (options.identityLeeway !== undefined && !(options.identityLeeway >= 0 && Number.isFinite(options.identityLeeway))) {
+    return `identityLeeway must be seconds >= 0, got ${options.identityLeeway}`;
+  }
   return undefined;
 }
 
@@ -64,6 +91,14 @@ export const USAGE = `flags:
   --tls-client-ca FILE    require callers' certificates to chain to this CA (mutual TLS)
   --token-env NAME        require the bearer token held by this environment variable
   --token-file FILE       require the bearer token held in this file
+  --identity-keys FILE    verify each call's identity assertion with the sidecar's public keys
+                          (a JWKS from 'agent-sidecar identity jwks', or a PEM public key)
+  --identity-audience NAME
+                          this server's name in the sidecar's configuration (tool_servers[].name)
+  --identity-issuer NAME  the issuer the sidecar signs as (default agent-sidecar)
+  --require-identity      refuse calls without a verified identity assertion
+  --identity-leeway SECONDS
+                          clock difference allowed for an assertion's lifetime (default 10)
   --log-level LEVEL       debug, info (default), warn or error`;
 
 /** Parses a tool server's command line. Throws an Error with a usage message on a bad flag. */
@@ -82,6 +117,11 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
       "token-env": { type: "string" },
       "token-file": { type: "string" },
       "log-level": { type: "string" },
+      "identity-keys": { type: "string" },
+      "identity-audience": { type: "string" },
+      "identity-issuer": { type: "string" },
+      "require-identity": { type: "boolean" },
+      "identity-leeway": { type: "string" },
     },
   });
   const number = (flag: string, text: string | undefined): number | undefined => {
@@ -118,6 +158,11 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
     tlsClientCaFile: values["tls-client-ca"],
     token,
     logLevel: level as LogLevel | undefined,
+    identityKeysFile: values["identity-keys"],
+    identityAudience: values["identity-audience"],
+    identityIssuer: values["identity-issuer"],
+    identityRequired: values["require-identity"],
+    identityLeeway: number("identity-leeway", values["identity-leeway"]),
   };
   const problem = optionsProblem(options);
   if (problem) {
@@ -127,7 +172,11 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
         .replace("tlsKeyFile", "--tls-key")
         .replace("tlsClientCaFile", "--tls-client-ca")
         .replace(/^port/, "--port")
-        .replace(/^grace/, "--grace"),
+        .replace(/^grace/, "--grace")
+        .replace("identityKeysFile", "--identity-keys")
+        .replace("identityAudience", "--identity-audience")
+        .replace("identityRequired", "--require-identity")
+        .replace("identityLeeway", "--identity-leeway"),
     );
   }
   return options;

@@ -27,6 +27,7 @@ import { optionsProblem, parseServeArgs, type ServeOptions, USAGE } from "./opti
 import { packageDefinition, SERVICE_NAME, toolService } from "./protocol.js";
 import { ToolService } from "./service.js";
 import { defineTool, type Tool, type ToolDefinition, type ToolHandler } from "./tool.js";
+import { IdentityVerifier } from "./verifier.js";
 
 /** Server options: accept keepalive pings every 10 s, also with no call in flight. */
 export const KEEPALIVE_OPTIONS = {
@@ -118,14 +119,25 @@ export class ToolServer {
    * Listens as `options` say and serves until drained or stopped; resolves once accepting
    * connections. Health is SERVING for `""` and `agentsidecar.v1.ToolService`.
    *
-   * @throws ToolServerError when the address cannot be bound or TLS files cannot be read.
+   * @throws ToolServerError when the address cannot be bound, or the TLS or identity keys files cannot be read.
    */
   async listen(options: ServeOptions = {}): Promise<RunningServer> {
     const problem = optionsProblem(options);
     if (problem) throw new ToolServerError(problem);
     const log = stderrLogger(this.name, options.logLevel);
+    const identity =
+      options.identityKeysFile === undefined
+        ? undefined
+        : new IdentityVerifier({
+            keysFile: options.identityKeysFile,
+            audience: options.identityAudience ?? "",
+            issuer: options.identityIssuer,
+            required: options.identityRequired,
+            leeway: options.identityLeeway,
+            log,
+          });
     this.#frozen = true;
-    const service = new ToolService(this.#tools, log, options.token);
+    const service = new ToolService(this.#tools, log, options.token, identity);
     const server = new Server(KEEPALIVE_OPTIONS);
     server.addService(toolService, service.implementation());
     const health = new HealthImplementation({ "": "SERVING", [SERVICE_NAME]: "SERVING" });
@@ -209,7 +221,9 @@ export class ToolServer {
 
   /**
    * A tool server's whole main: reads the flags (`--host`, `--port`, `--grace`, `--tls-cert`,
-   * `--tls-key`, `--tls-client-ca`, `--token-env` / `--token-file`, `--log-level`), serves
+   * `--tls-key`, `--tls-client-ca`, `--token-env` / `--token-file`, `--identity-keys`,
+   * `--identity-audience`, `--identity-issuer`, `--require-identity`, `--identity-leeway`,
+   * `--log-level`), serves
    * until SIGTERM, drains, and exits 0; exits 2 on a bad flag and 1 when it cannot serve.
    */
   main(argv: readonly string[] = process.argv.slice(2)): void {

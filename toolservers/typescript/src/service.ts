@@ -3,6 +3,8 @@
  * call's deadline, and keep the two error channels apart. A tool failing is data (a result
  * whose `ToolError` the model reads); the protocol failing is a status (NOT_FOUND,
  * INVALID_ARGUMENT, DEADLINE_EXCEEDED, CANCELLED, UNAUTHENTICATED, UNAVAILABLE while draining).
+ * With an {@link IdentityVerifier}, a call's identity assertion is verified before its
+ * handler runs; one that fails ends UNAUTHENTICATED and its tool never runs.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 
@@ -18,6 +20,7 @@ import { stringify as stringifyLossless } from "lossless-json";
 
 import { ArgumentsValidator, MalformedArguments } from "./arguments.js";
 import { ToolFailure } from "./errors.js";
+import { type CallerIdentity, plainIdentity } from "./identity.js";
 import type { Logger } from "./logger.js";
 import {
   type CallToolRequest,
@@ -28,6 +31,7 @@ import {
   toolService,
 } from "./protocol.js";
 import type { Tool, ToolContext } from "./tool.js";
+import { IdentityRefused, type IdentityVerifier } from "./verifier.js";
 
 interface Runner {
   readonly tool: Tool;
@@ -53,17 +57,19 @@ export class ToolService {
   readonly #available: string;
   readonly #tokenDigest: Buffer | undefined;
   readonly #log: Logger;
+  readonly #identity: IdentityVerifier | undefined;
   #draining = false;
   #inFlight = 0;
   #idle: (() => void) | undefined;
   readonly #running = new Set<(reason: CallStatus) => void>();
 
-  constructor(tools: readonly Tool[], log: Logger, token: string | undefined) {
+  constructor(tools: readonly Tool[], log: Logger, token: string | undefined, identity?: IdentityVerifier) {
     this.#runners = new Map(tools.map((tool) => [tool.name, { tool, validator: new ArgumentsValidator(tool.name, tool.input) }]));
     this.#available = tools.map((t) => t.name).join(", ") || "(none)";
     this.#list = listToolsResponse(tools);
     this.#tokenDigest = token === undefined ? undefined : digest(token);
     this.#log = log;
+    this.#identity = identity;
   }
 
   /** How many CallTool and StreamTool calls are running now. */
@@ -142,9 +148,11 @@ export class ToolService {
     if (!runner) {
       throw new CallStatus(status.NOT_FOUND, `unknown tool ${JSON.stringify(name)}; this server offers: ${this.#available}`);
     }
+    const callId = request.call_id ?? "";
     this.#inFlight += 1;
     try {
-      return await this.#run(call, runner, request.call_id ?? "", request.arguments ?? "", progress);
+      const identity = await this.#verify(name, call.metadata, callId);
+      return await this.#run(call, runner, callId, request.arguments ?? "", progress, identity);
     } finally {
       this.#inFlight -= 1;
       if (!this.#inFlight && this.#idle) this.#idle();
@@ -157,6 +165,7 @@ export class ToolService {
     callId: string,
     text: string,
     progress: ((progress: number, total: number, message: string) => Promise<void>) | undefined,
+    verified: CallerIdentity | undefined,
   ): Promise<ToolResult> {
     const started = process.hrtime.bigint();
     const finish = (outcome: Pick<ToolResult, "output" | "error">): ToolResult => ({
@@ -197,12 +206,17 @@ export class ToolService {
             () => end(new CallStatus(status.DEADLINE_EXCEEDED, `${tool.name} did not finish before the call's deadline; it was stopped`)),
             Math.max(0, deadline - Date.now()),
           );
+    let identity = verified;
     const context: ToolContext = {
       callId,
       toolName: tool.name,
       signal: controller.signal,
       deadline,
       metadata: call.metadata,
+      // Read when asked: a handler that never looks is not failed by malformed metadata.
+      get identity() {
+        return (identity ??= plainIdentity(call.metadata, callId));
+      },
       timeRemaining: () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now())),
       reportProgress: async (done, total = 0, message = "") => {
         if (progress && !controller.signal.aborted) await progress(done, total, message);
@@ -226,6 +240,18 @@ export class ToolService {
       stopped.catch(() => undefined);
       // The call is over: a handler still running learns it from its signal.
       if (!controller.signal.aborted) controller.abort(new CallStatus(status.CANCELLED, "the call is over"));
+    }
+  }
+
+  /** The call's verified identity (undefined without a verifier), or an UNAUTHENTICATED status. */
+  async #verify(toolName: string, metadata: Metadata, callId: string): Promise<CallerIdentity | undefined> {
+    if (this.#identity === undefined) return undefined;
+    try {
+      return await this.#identity.verify(metadata, callId);
+    } catch (error) {
+      if (!(error instanceof IdentityRefused)) throw error;
+      this.#log.warn(`${toolName}: call ${JSON.stringify(callId.slice(0, 64))} refused: ${error.message}`);
+      throw new CallStatus(status.UNAUTHENTICATED, error.message);
     }
   }
 

@@ -6,6 +6,7 @@
 import type { Metadata } from "@grpc/grpc-js";
 
 import { ToolDefinitionError } from "./errors.js";
+import type { CallerIdentity } from "./identity.js";
 
 /** A JSON Schema (draft 2020-12), as a plain object. */
 export type JsonSchema = { readonly [keyword: string]: unknown };
@@ -25,6 +26,15 @@ export interface ToolContext {
   readonly deadline: number | undefined;
   /** The gRPC metadata the caller sent (trace context, tenant...). */
   readonly metadata: Metadata;
+  /**
+   * Who the call serves: principal, session, run, call and the session's labels, as the sidecar
+   * sent them. `verified` is true when the server verified the sidecar's signed assertion
+   * (`identityKeysFile`, `--identity-keys`); only then does it prove anything.
+   *
+   * @throws MalformedIdentity when read on a server that does not verify and the identity
+   *   metadata is malformed (it did not come from a sidecar).
+   */
+  readonly identity: CallerIdentity;
   /** Milliseconds before the deadline, or `undefined` when the caller set none. */
   timeRemaining(): number | undefined;
   /**

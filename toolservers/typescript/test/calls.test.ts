@@ -117,6 +117,7 @@ server
       toolName: context.toolName,
       deadline: context.deadline,
       metadata: context.metadata,
+      identity: context.identity,
       remaining: context.timeRemaining(),
     };
     return "described";
@@ -270,9 +271,10 @@ test("StreamTool reports an unknown tool as NOT_FOUND", async () => {
   assert.equal(error.code, grpc.status.NOT_FOUND);
 });
 
-test("the context exposes the call id, tool name, deadline and metadata", async () => {
+test("the context exposes the call id, tool name, deadline, metadata and identity", async () => {
   const metadata = new grpc.Metadata();
   metadata.set("x-tenant", "acme");
+  metadata.set("x-agent-principal", "alice");
   const deadline = Date.now() + 30_000;
   await tools.call("context", {}, { call_id: "ctx-1", deadline, metadata });
   const context = seen.context;
@@ -281,6 +283,10 @@ test("the context exposes the call id, tool name, deadline and metadata", async 
   assert.ok(context?.deadline !== undefined && Math.abs(context.deadline - deadline) < 1000, String(context?.deadline));
   assert.ok(context?.remaining !== undefined && context.remaining > 20_000 && context.remaining <= 30_000);
   assert.deepEqual(context?.metadata.get("x-tenant"), ["acme"]);
+  assert.deepEqual(
+    [context?.identity.principal, context?.identity.callId, context?.identity.verified, context?.identity.labelsOmitted],
+    ["alice", "ctx-1", false, false],
+  );
 });
 
 test("calls run concurrently: one held call does not hold up another", async () => {

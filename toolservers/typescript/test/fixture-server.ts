@@ -1,6 +1,7 @@
-// A tool server for the lifecycle tests, run as its own process: `hold` runs until a line
-// arrives on stdin (then answers "released"), so a test can have a call running while it
-// sends SIGTERM. Flags are ToolServer.main's.
+// A tool server for the lifecycle and identity tests, run as its own process: `hold` runs
+// until a line arrives on stdin (then answers "released"), so a test can have a call running
+// while it sends SIGTERM; `whoami` answers with the identity it sees and how often it ran.
+// Flags are ToolServer.main's.
 import { createInterface } from "node:readline";
 
 import { ToolServer } from "@agent-sidecar/toolserver";
@@ -18,4 +19,9 @@ server.tool({ name: "hold", description: "Run until released through stdin." }, 
   return "released";
 });
 server.tool({ name: "ping", description: "Answer pong." }, () => "pong");
+let whoamiRuns = 0;
+server.tool({ name: "whoami", description: "Answer with the caller's identity." }, (_args, context) => {
+  whoamiRuns += 1;
+  return { runs: whoamiRuns, identity: context.identity };
+});
 server.main();

@@ -1,18 +1,17 @@
 // Around the calls: health, reflection, the bearer token, TLS and mutual TLS, keepalive
 // pings, the drain (in process and on SIGTERM), and the command line.
 import assert from "node:assert/strict";
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { test } from "node:test";
 
 import * as grpc from "@grpc/grpc-js";
 
 import { ToolServer } from "@agent-sidecar/toolserver";
 
-import { certificates, deferred, PACKAGE_ROOT, serving, statusOf, Tools, within } from "./support.js";
+import { certificates, deferred, PACKAGE_ROOT, serving, startFixture, statusOf, Tools, within } from "./support.js";
 
 function heldServer() {
   const started = deferred<AbortSignal>();
@@ -185,18 +184,6 @@ test("calls still running when the grace period ends are cancelled", async () =>
     close();
   }
 });
-
-// The fixture server as a process of its own, started through ToolServer.main.
-async function startFixture(args: string[] = []): Promise<{ child: ChildProcessWithoutNullStreams; address: string; exited: Promise<unknown[]> }> {
-  const script = path.join(PACKAGE_ROOT, "build", "test", "fixture-server.js");
-  const child = spawn(process.execPath, [script, "--port", "0", "--log-level", "warn", ...args]);
-  const exited = once(child, "exit");
-  const lines = createInterface({ input: child.stdout });
-  const first = await within(once(lines, "line") as Promise<string[]>, 30_000, "the listening line");
-  const address = (first[0] ?? "").replace(/^listening on /, "");
-  assert.match(first[0] ?? "", /^listening on 127\.0\.0\.1:\d+$/);
-  return { child, address, exited };
-}
 
 test("SIGTERM lets a running call finish, refuses new calls and exits 0", async () => {
   const { child, address, exited } = await startFixture(["--grace", "60"]);

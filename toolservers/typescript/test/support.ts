@@ -3,10 +3,13 @@
  * `.proto` files through proto-loader (as any client in another project would), and a few
  * helpers to coordinate with events instead of sleeping.
  */
-import { execFileSync } from "node:child_process";
+import assert from "node:assert/strict";
+import { type ChildProcessWithoutNullStreams, execFileSync, spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 import * as grpc from "@grpc/grpc-js";
@@ -148,6 +151,18 @@ export function within<T>(promise: Promise<T>, ms = 10_000, what = "the event"):
       timer = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
     }),
   ]).finally(() => clearTimeout(timer));
+}
+
+/** The fixture server (test/fixture-server.ts) as a process of its own, started through ToolServer.main. */
+export async function startFixture(args: string[] = []): Promise<{ child: ChildProcessWithoutNullStreams; address: string; exited: Promise<unknown[]> }> {
+  const script = path.join(PACKAGE_ROOT, "build", "test", "fixture-server.js");
+  const child = spawn(process.execPath, [script, "--port", "0", "--log-level", "warn", ...args]);
+  const exited = once(child, "exit");
+  const lines = createInterface({ input: child.stdout });
+  const first = await within(once(lines, "line") as Promise<string[]>, 30_000, "the listening line");
+  const address = (first[0] ?? "").replace(/^listening on /, "");
+  assert.match(first[0] ?? "", /^listening on 127\.0\.0\.1:\d+$/);
+  return { child, address, exited };
 }
 
 /** A certificate authority made at run time by the repository's Python test helpers. */
