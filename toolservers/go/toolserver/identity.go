@@ -346,6 +346,9 @@ func (v *verifier) decode(token string, now time.Time) (*assertion, error) {
 	if _, ok := header["crit"]; ok {
 		return nil, refused("the identity assertion's header is refused: it has crit, and no extension is understood")
 	}
+	if _, ok := header["b64"]; ok {
+		return nil, refused("the identity assertion's header is refused: it has b64 (RFC 7797's unencoded payloads are not taken)")
+	}
 	// 4. key
 	key, ok := v.keys[""] // a PEM file's one key, which takes any kid
 	if kid, isText := header["kid"].(string); !ok && isText && kid != "" {

@@ -53,8 +53,8 @@ func TestTheIdentityVectorsAllFollowTheRule(t *testing.T) {
 	if err := json.Unmarshal(data, &vectors); err != nil {
 		t.Fatal(err)
 	}
-	if len(vectors.Cases) != 66 {
-		t.Fatalf("%s holds %d cases, not 66", identityVectors, len(vectors.Cases))
+	if len(vectors.Cases) < 60 {
+		t.Fatalf("%s holds %d cases: read the whole file?", identityVectors, len(vectors.Cases))
 	}
 	keys := filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(keys, vectors.JWKS, 0o600); err != nil {

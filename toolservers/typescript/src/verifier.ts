@@ -167,6 +167,11 @@ export class IdentityVerifier {
     if (Object.hasOwn(header, "crit")) {
       throw new IdentityRefused("the identity assertion's header is refused: it has crit, and no extension is understood");
     }
+    if (Object.hasOwn(header, "b64")) {
+      throw new IdentityRefused(
+        "the identity assertion's header is refused: it has b64 (RFC 7797's unencoded payloads are not taken)",
+      );
+    }
     const key = keyFor(this.#keys, kid);
     if (key === undefined) {
       throw new IdentityRefused(
