@@ -180,6 +180,7 @@ def _cases(keys: _Keys) -> list[dict[str, Any]]:
     refused("a payload that is no JSON object", sign(ed, [1, 2]), "not_jwt")
     refused("a header that is no JSON object", sign([ed], _claims()), "not_jwt")  # type: ignore[list-item]
     refused("bad base64 in the signature", good[:-4] + "*!*!", "not_jwt")
+    refused("base64 padding in the signature", good + "==", "not_jwt")
     refused("crit", sign({**ed, "crit": ["exp"]}, _claims()), "header")
     refused("crit, empty", sign({**ed, "crit": []}, _claims()), "header")
     refused("b64, an unencoded payload", sign({**ed, "b64": True}, _claims()), "header")
@@ -222,6 +223,7 @@ def _cases(keys: _Keys) -> list[dict[str, Any]]:
         ("labels", {"tenant": 1}),
         ("labels", "acme"),
         ("labels", None),
+        ("sub", None),
     ):
         refused(f"{claim} as {json.dumps(value)}", sign(ed, _claims(**{claim: value})), "bad_claim")
     refused("for another server", sign(ed, _claims(aud="billing")), "audience")

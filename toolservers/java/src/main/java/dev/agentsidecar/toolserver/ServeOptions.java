@@ -14,6 +14,19 @@ import java.util.Map;
  * @param tlsKeyFile its PEM private key
  * @param tlsClientCaFile PEM CA bundle callers' certificates must chain to (mutual TLS); null: none
  * @param token a bearer token every tool call must carry; null: none. Health and reflection stay open
+ * @param identityKeysFile the sidecar's public keys (a JWKS, as {@code agent-sidecar identity
+ *     jwks} prints it, or a PEM public key): every call's signed identity assertion is verified
+ *     before its tool runs, and a call whose assertion fails ends UNAUTHENTICATED. Reread within a
+ *     second of a change. Null (the default): handlers see the plain, unverified identity
+ * @param identityAudience this server's name in the sidecar's configuration ({@code
+ *     tool_servers[].name}); needed with {@code identityKeysFile}: an assertion for another server
+ *     is refused
+ * @param identityIssuer the issuer the sidecar signs as ({@code auth.tool_assertion.issuer});
+ *     default {@code agent-sidecar}
+ * @param identityRequired refuse calls that carry no assertion (UNAUTHENTICATED); false (the
+ *     default): they run with the plain identity, {@code verified} false
+ * @param identityLeeway how far apart the clocks of the sidecar and this server may be when an
+ *     assertion's lifetime is checked; default 10 s
  */
 public record ServeOptions(
     String host,
@@ -22,7 +35,13 @@ public record ServeOptions(
     String tlsCertFile,
     String tlsKeyFile,
     String tlsClientCaFile,
-    String token) {
+    String token,
+    String identityKeysFile,
+    String identityAudience,
+    String identityIssuer,
+    boolean identityRequired,
+    Duration identityLeeway) {
+  static final String DEFAULT_ISSUER = "agent-sidecar";
 
   static final String USAGE = """
       flags:
@@ -33,7 +52,13 @@ public record ServeOptions(
         --tls-key FILE          the PEM private key of --tls-cert
         --tls-client-ca FILE    require callers' certificates to chain to this CA (mutual TLS)
         --token-env NAME        require the bearer token held by this environment variable
-        --token-file FILE       require the bearer token held in this file""";
+        --token-file FILE       require the bearer token held in this file
+        --identity-keys FILE    verify each call's identity assertion with the sidecar's public
+                                keys (a JWKS from 'agent-sidecar identity jwks', or a PEM key)
+        --identity-audience NAME  this server's name in the sidecar's configuration
+        --identity-issuer NAME  the issuer the sidecar signs as (default agent-sidecar)
+        --require-identity      refuse calls without a verified identity assertion
+        --identity-leeway SECONDS  clock difference allowed for an assertion's lifetime (default 10)""";
 
   public ServeOptions {
     if (host == null || host.isEmpty()) {
@@ -54,27 +79,75 @@ public record ServeOptions(
     if (token != null && token.isBlank()) {
       throw new IllegalArgumentException("token is empty");
     }
+    if (identityIssuer == null || identityIssuer.isEmpty()) {
+      identityIssuer = DEFAULT_ISSUER;
+    }
+    if (identityLeeway == null) {
+      identityLeeway = Duration.ofSeconds(10);
+    }
+    if (identityKeysFile != null && (identityAudience == null || identityAudience.isEmpty())) {
+      throw new IllegalArgumentException("identityKeysFile needs identityAudience: this server's name in the "
+          + "sidecar's configuration (tool_servers[].name)");
+    }
+    if (identityRequired && identityKeysFile == null) {
+      throw new IllegalArgumentException("identityRequired needs identityKeysFile to verify with");
+    }
+    if (identityLeeway.isNegative()) {
+      throw new IllegalArgumentException("identityLeeway is negative");
+    }
   }
 
-  /** The defaults: 127.0.0.1, any free port, 10 s of grace, plaintext, no token. */
+  /** The options without identity verification, as before it existed. */
+  public ServeOptions(String host, int port, Duration grace, String tlsCertFile, String tlsKeyFile,
+      String tlsClientCaFile, String token) {
+    this(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token, null, null, null, false, null);
+  }
+
+  /** The defaults: 127.0.0.1, any free port, 10 s of grace, plaintext, no token, no identity verification. */
   public static ServeOptions defaults() {
     return new ServeOptions(null, 0, null, null, null, null, null);
   }
 
   public ServeOptions withPort(int port) {
-    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token);
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        identityKeysFile, identityAudience, identityIssuer, identityRequired, identityLeeway);
   }
 
   public ServeOptions withGrace(Duration grace) {
-    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token);
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        identityKeysFile, identityAudience, identityIssuer, identityRequired, identityLeeway);
   }
 
   public ServeOptions withToken(String token) {
-    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token);
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        identityKeysFile, identityAudience, identityIssuer, identityRequired, identityLeeway);
   }
 
   public ServeOptions withTls(String certFile, String keyFile, String clientCaFile) {
-    return new ServeOptions(host, port, grace, certFile, keyFile, clientCaFile, token);
+    return new ServeOptions(host, port, grace, certFile, keyFile, clientCaFile, token,
+        identityKeysFile, identityAudience, identityIssuer, identityRequired, identityLeeway);
+  }
+
+  /**
+   * Verifies every call's identity assertion with the sidecar's public keys in {@code keysFile},
+   * for this server, named {@code audience} in the sidecar's configuration; {@code required}
+   * refuses calls without one.
+   */
+  public ServeOptions withIdentity(String keysFile, String audience, boolean required) {
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        keysFile, audience, identityIssuer, required, identityLeeway);
+  }
+
+  /** The issuer the sidecar signs as, when it is not {@code agent-sidecar}. */
+  public ServeOptions withIdentityIssuer(String issuer) {
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        identityKeysFile, identityAudience, issuer, identityRequired, identityLeeway);
+  }
+
+  /** How far apart the clocks of the sidecar and this server may be (default 10 s). */
+  public ServeOptions withIdentityLeeway(Duration leeway) {
+    return new ServeOptions(host, port, grace, tlsCertFile, tlsKeyFile, tlsClientCaFile, token,
+        identityKeysFile, identityAudience, identityIssuer, identityRequired, leeway);
   }
 
   /** Parses a tool server's command line; an IllegalArgumentException says what is wrong. */
@@ -84,10 +157,19 @@ public record ServeOptions(
     String key = null;
     String ca = null;
     String token = null;
+    String keys = null;
+    String audience = null;
+    String issuer = null;
+    boolean required = false;
+    Duration leeway = null;
     int port = 0;
     Duration grace = null;
     for (int i = 0; i < args.length; i++) {
       String flag = args[i];
+      if (flag.equals("--require-identity")) { // the one flag without a value
+        required = true;
+        continue;
+      }
       if (i + 1 >= args.length) {
         throw new IllegalArgumentException(flag + " needs a value");
       }
@@ -99,6 +181,10 @@ public record ServeOptions(
         case "--tls-cert" -> cert = value;
         case "--tls-key" -> key = value;
         case "--tls-client-ca" -> ca = value;
+        case "--identity-keys" -> keys = value;
+        case "--identity-audience" -> audience = value;
+        case "--identity-issuer" -> issuer = value;
+        case "--identity-leeway" -> leeway = Duration.ofMillis(Math.round(number(flag, value) * 1000));
         case "--token-env" -> {
           token = env.getOrDefault(value, "").strip();
           if (token.isEmpty()) {
@@ -115,11 +201,13 @@ public record ServeOptions(
       }
     }
     try {
-      return new ServeOptions(host, port, grace, cert, key, ca, token);
+      return new ServeOptions(host, port, grace, cert, key, ca, token, keys, audience, issuer, required, leeway);
     } catch (IllegalArgumentException e) {
       throw new IllegalArgumentException(e.getMessage()
           .replace("tlsCertFile", "--tls-cert").replace("tlsKeyFile", "--tls-key")
-          .replace("tlsClientCaFile", "--tls-client-ca"), e);
+          .replace("tlsClientCaFile", "--tls-client-ca")
+          .replace("identityKeysFile", "--identity-keys").replace("identityAudience", "--identity-audience")
+          .replace("identityRequired", "--require-identity").replace("identityLeeway", "--identity-leeway"), e);
     }
   }
 

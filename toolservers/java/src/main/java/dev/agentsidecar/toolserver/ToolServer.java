@@ -45,9 +45,11 @@ import java.util.logging.Logger;
  *
  * <p>Serving: health ({@code grpc.health.v1}, SERVING for "" and {@code
  * agentsidecar.v1.ToolService}), reflection (v1 and v1alpha), keepalive pings accepted every 10
- * s also without calls, optional TLS or mutual TLS (certificates reread when their files change)
- * and a bearer token. On SIGTERM or SIGINT the server drains: new calls are refused with
- * UNAVAILABLE, health turns NOT_SERVING, running calls get the grace period, then it stops.
+ * s also without calls, optional TLS or mutual TLS (certificates reread when their files change),
+ * a bearer token, and the verification of who each call serves (the sidecar's signed identity
+ * assertion, {@link ServeOptions#withIdentity}). On SIGTERM or SIGINT the server drains: new
+ * calls are refused with UNAVAILABLE, health turns NOT_SERVING, running calls get the grace
+ * period, then it stops.
  */
 public final class ToolServer {
   private static final Logger LOG = Logger.getLogger("dev.agentsidecar.toolserver");
@@ -125,7 +127,8 @@ public final class ToolServer {
    * Listens as {@code options} say and serves until {@link Running#drain} or {@link
    * Running#stop}; returns once accepting connections.
    *
-   * @throws ToolServerException when the address cannot be bound or TLS files cannot be read
+   * @throws ToolServerException when the address cannot be bound, or the TLS files or the identity
+   *     keys cannot be read
    */
   public Running start(ServeOptions options) {
     List<RegisteredTool> frozen;
@@ -133,8 +136,9 @@ public final class ToolServer {
       serving = true;
       frozen = List.copyOf(tools);
     }
+    IdentityVerifier identity = IdentityVerifier.of(options, json); // the keys file read before anything starts
     ExecutorService executor = Executors.newCachedThreadPool(daemon(name + "-tool"));
-    ToolService service = new ToolService(frozen, executor, json);
+    ToolService service = new ToolService(frozen, executor, json, identity);
     HealthStatusManager health = new HealthStatusManager();
     ScheduledExecutorService refresher = Executors.newSingleThreadScheduledExecutor(daemon(name + "-tls"));
     NettyServerBuilder builder =
@@ -199,8 +203,9 @@ public final class ToolServer {
   /**
    * A tool server's whole main: reads {@code --host}, {@code --port}, {@code --grace}, {@code
    * --tls-cert}, {@code --tls-key}, {@code --tls-client-ca}, {@code --token-env} or {@code
-   * --token-file}, serves until SIGTERM, drains and exits 0; exits 2 on a bad flag, 1 when it
-   * cannot serve.
+   * --token-file}, {@code --identity-keys}, {@code --identity-audience}, {@code
+   * --identity-issuer}, {@code --require-identity} and {@code --identity-leeway}, serves until
+   * SIGTERM, drains and exits 0; exits 2 on a bad flag, 1 when it cannot serve.
    */
   public void main(String[] args) {
     ServeOptions options;

@@ -40,7 +40,8 @@ import java.util.logging.Logger;
 /**
  * The {@code agentsidecar.v1.ToolService} handlers. A tool failing is data (a result whose
  * ToolError the model reads); the protocol failing is a status (NOT_FOUND, INVALID_ARGUMENT,
- * DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE while draining).
+ * DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE while draining, UNAUTHENTICATED when who the call
+ * serves does not verify).
  */
 final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
   private static final Logger LOG = Logger.getLogger("dev.agentsidecar.toolserver");
@@ -49,10 +50,12 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
   private final ListToolsResponse list;
   private final ExecutorService executor;
   private final ObjectMapper json;
+  private final IdentityVerifier identity;
   private final AtomicInteger inFlight = new AtomicInteger();
   private volatile boolean draining;
 
-  ToolService(List<RegisteredTool> registered, ExecutorService executor, ObjectMapper json) {
+  /** {@code identity} verifies who each call serves before its tool runs; null: nothing is verified. */
+  ToolService(List<RegisteredTool> registered, ExecutorService executor, ObjectMapper json, IdentityVerifier identity) {
     ListToolsResponse.Builder response = ListToolsResponse.newBuilder();
     for (RegisteredTool tool : registered) {
       tools.put(tool.name, tool);
@@ -67,6 +70,7 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
     this.list = response.build();
     this.executor = executor;
     this.json = json;
+    this.identity = identity;
   }
 
   int inFlight() {
@@ -151,9 +155,14 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
       throw new StatusFailure(Status.NOT_FOUND.withDescription(
           "unknown tool \"" + name + "\"; this server offers: " + (tools.isEmpty() ? "(none)" : String.join(", ", tools.keySet()))));
     }
+    Metadata metadata = TokenCheck.METADATA.get();
+    if (metadata == null) {
+      metadata = new Metadata();
+    }
+    CallerIdentity caller = identity == null ? null : verified(tool, request, metadata);
     inFlight.incrementAndGet();
     try {
-      return run(tool, request, progress);
+      return run(tool, request, metadata, caller, progress);
     } finally {
       if (inFlight.decrementAndGet() == 0) {
         synchronized (this) {
@@ -163,7 +172,19 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
     }
   }
 
-  private ToolResult run(RegisteredTool tool, CallToolRequest request, ProgressSink progress) throws StatusFailure {
+  /** The call's verified identity; the call fails UNAUTHENTICATED, before its tool runs, without one. */
+  private CallerIdentity verified(RegisteredTool tool, CallToolRequest request, Metadata metadata) throws StatusFailure {
+    try {
+      return identity.verify(metadata, request.getCallId());
+    } catch (IdentityRefused refused) {
+      String callId = request.getCallId();
+      LOG.warning(tool.name + ": call " + (callId.length() > 64 ? callId.substring(0, 64) : callId) + " refused: " + refused.getMessage());
+      throw new StatusFailure(Status.UNAUTHENTICATED.withDescription(refused.getMessage()));
+    }
+  }
+
+  private ToolResult run(RegisteredTool tool, CallToolRequest request, Metadata metadata, CallerIdentity identity,
+      ProgressSink progress) throws StatusFailure {
     long started = System.nanoTime();
     ToolResult.Builder result = ToolResult.newBuilder().setCallId(request.getCallId());
     String text = request.getArguments().isBlank() ? "{}" : request.getArguments();
@@ -184,8 +205,7 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
     }
     Context grpcContext = Context.current();
     Deadline deadline = grpcContext.getDeadline();
-    Metadata metadata = TokenCheck.METADATA.get();
-    CallContext context = new CallContext(request.getCallId(), tool.name, metadata == null ? new Metadata() : metadata, deadline, progress);
+    CallContext context = new CallContext(request.getCallId(), tool.name, metadata, identity, deadline, progress);
     Future<Object> future = executor.submit(() -> tool.invoke(arguments, context));
     Context.CancellationListener onCancel = ctx -> future.cancel(true);
     grpcContext.addListener(onCancel, Runnable::run);
@@ -247,12 +267,14 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
     private final Deadline deadline;
     private final ProgressSink progress;
     private final Context grpc = Context.current();
+    private volatile CallerIdentity identity; // verified, or read from the metadata when first asked
     private volatile boolean ended;
 
-    CallContext(String callId, String toolName, Metadata metadata, Deadline deadline, ProgressSink progress) {
+    CallContext(String callId, String toolName, Metadata metadata, CallerIdentity identity, Deadline deadline, ProgressSink progress) {
       this.callId = callId;
       this.toolName = toolName;
       this.metadata = metadata;
+      this.identity = identity;
       this.deadline = deadline;
       this.progress = progress;
     }
@@ -274,6 +296,16 @@ final class ToolService extends ToolServiceGrpc.ToolServiceImplBase {
     @Override
     public Metadata metadata() {
       return metadata;
+    }
+
+    @Override
+    public CallerIdentity identity() {
+      CallerIdentity known = identity;
+      if (known == null) {
+        known = ToolContext.super.identity();
+        identity = known;
+      }
+      return known;
     }
 
     @Override
