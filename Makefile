@@ -51,10 +51,10 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(EDITABLE_PIP) '.[dev,bench]'
 	touch $@
 
-## bench: the micro benchmarks (bench-model, bench-unix, bench-control-plane, bench-mcp,
+## bench: the micro benchmarks (bench-model, bench-unix, bench-startup, bench-control-plane, bench-mcp,
 ## bench-recording, profile), then the benchmark against the peers, which writes
 ## docs/benchmarks.md quoting them (about 17 minutes).
-bench: install-bench bench-control-plane bench-mcp bench-recording profile
+bench: install-bench bench-startup bench-control-plane bench-mcp bench-recording profile
 	$(PY) -m bench.peers
 
 ## bench-mcp: a tool call through the MCP bridge against the same tool served natively, and
@@ -94,6 +94,11 @@ bench-guard: install
 ## under load, summed by the part of the run that asked for the work (about 30 s).
 profile: install-bench
 	$(PY) -m bench.profile
+
+## bench-startup: serve to ready (listening, SERVING, first run), the gRPC front alone and
+## every front configured (about 1 min); writes bench/results/startup.json and .md.
+bench-startup: install
+	$(PY) -m bench.micro.startup
 
 ## bench-control-plane: CreateSession and GetSession latency, idle and while 32 turns run.
 bench-control-plane: install

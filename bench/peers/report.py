@@ -248,6 +248,14 @@ MICRO = {
         "make profile",
         "where the sidecar's and its tool server's CPU per run goes, part by part.",
     ),
+    "startup": (
+        "Start to ready",
+        "make bench-startup",
+        "from the spawn of `agent-sidecar serve` to `listening on`, to health SERVING (its "
+        "tool servers discovered) and to the first run answered, with the gRPC front alone "
+        "and with every front configured (MCP, A2A over gRPC and HTTP, metrics), rounds "
+        "alternating; the chart's startup probe is sized from it (docs/kubernetes.md).",
+    ),
     "control_plane": (
         "Control-plane calls beside running turns",
         "make bench-control-plane",

@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import httpx2
-import openai
 import orjson
 from yarl import URL
 
@@ -313,6 +312,8 @@ def _sdk_error(exc: BaseException) -> ModelUnavailable:
     for cause in causes[1:]:
         if isinstance(cause, aiohttp.ClientError | OSError):
             return _unreachable(cause)
+    import openai  # loaded already: only the SDK's transport gets here
+
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return _timed_out()
     return _unreachable(exc)
@@ -557,6 +558,12 @@ class SdkTransport:
     """Through ``openai.AsyncOpenAI``: raw bytes in, raw response out."""
 
     def __init__(self, endpoint: Endpoint) -> None:
+        # Imported here: the SDK costs a quarter of a second of every start, and the
+        # direct transport (the default) never needs it.
+        import openai
+
+        self._status_error = openai.APIStatusError
+        self._failures = (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError)
         proxy = _Proxy(endpoint)
         self._client = openai.AsyncOpenAI(
             base_url=endpoint.base_url,
@@ -592,7 +599,7 @@ class SdkTransport:
                         options={"headers": self._headers, "timeout": timeout},
                         stream=True,
                     )
-            except openai.APIStatusError as exc:
+            except self._status_error as exc:
                 response = exc.response  # read already; its status is the caller's to judge
             wrapped = _SdkResponse(response, deadline)
             try:
@@ -606,7 +613,7 @@ class SdkTransport:
                 await response.aclose()
         except TimeoutError:
             raise _timed_out() from None
-        except (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError) as exc:
+        except self._failures as exc:
             # The SDK's aiohttp adapter lets aiohttp's own errors through (a response that
             # is no HTTP): they are the exchange's failure all the same.
             raise _sdk_error(exc) from None
@@ -621,12 +628,12 @@ class SdkTransport:
                         cast_to=httpx2.Response,
                         options={"headers": self._headers, "timeout": timeout},
                     )
-            except openai.APIStatusError as exc:
+            except self._status_error as exc:
                 response = exc.response
             return response.status_code, await _read_all(response.aiter_bytes(), deadline)
         except TimeoutError:
             raise _timed_out() from None
-        except (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError) as exc:
+        except self._failures as exc:
             raise _sdk_error(exc) from None
 
     async def close(self) -> None:
