@@ -20,7 +20,7 @@ CLIENT_TEST :=
 
 .PHONY: fuzz
 .PHONY: install install-bench demo test lint proto proto-check buf-lint pytest bench soak clean \
-	bench-telemetry bench-context bench-identity bench-guard profile bench-control-plane bench-mcp bench-recording latency-bill postgres clients clients-test prereqs prereqs-demo
+	bench-telemetry bench-context bench-identity bench-guard profile bench-startup bench-control-plane bench-mcp bench-recording latency-bill postgres clients clients-test prereqs prereqs-demo
 
 ## prereqs: what `make test` needs from the machine (Python 3.11+, Node.js 20+, Go, a JDK 17+
 ## and Maven, etcd, PostgreSQL's server binaries): one line per missing tool, naming what
