@@ -331,11 +331,18 @@ class AgentServicer:
         context: grpc.aio.ServicerContext,
         principal: Principal,
     ) -> agent_pb2.ListRunsResponse:
-        page = await self._agent.runs.page(
-            principal, request.session_id, size=request.page_size, token=request.page_token
-        )
+        runs = self._agent.runs
+        if request.session_id:
+            page = await runs.page(
+                principal, request.session_id, size=request.page_size, token=request.page_token
+            )
+        else:  # every session of the caller's
+            page = await runs.page_all(principal, size=request.page_size, token=request.page_token)
         return agent_pb2.ListRunsResponse(
-            runs=[convert.run(r, request.session_id) for r in page.runs],
+            runs=[
+                convert.run(r, request.session_id or principal.shown(r.session_key))
+                for r in page.runs
+            ],
             next_page_token=page.next_page_token,
         )
 

@@ -366,3 +366,33 @@ async def test_a_whsec_secret_signs_callbacks_a_standard_webhooks_receiver_accep
         # Keyed with the decoded key, not the text; stamped in seconds, not milliseconds.
         assert verified_as_standard_webhooks(delivery, WHSEC_SECRET)
         assert not verified_as_standard_webhooks(delivery, "whsec_" + "QUJD" * 8)
+
+
+async def test_list_runs_without_a_session_lists_the_callers_runs_in_every_session(
+    start: Start,
+) -> None:
+    async with start({}, auth=_principals()) as side:
+        async with (
+            AgentClient(side.address, token=TOKENS["ann"]) as ann,
+            AgentClient(side.address, token=TOKENS["bob"]) as bob,
+        ):
+            await ann.wait_ready(20)
+            started = []
+            for name in ("first", "second", "third"):
+                session = (await ann.create_session(session_id=name)).session_id
+                started.append((await ann.start_run(session, "two reads")).run_id)
+            bobs = (await bob.create_session(session_id="first")).session_id
+            theirs = (await bob.start_run(bobs, "two reads")).run_id
+            everything = await ann.list_runs()
+            assert [r.run_id for r in everything.runs] == started[::-1]  # newest first
+            assert [r.session_id for r in everything.runs] == ["third", "second", "first"]
+            assert not everything.next_page_token
+            assert [r.run_id for r in (await bob.list_runs()).runs] == [theirs]
+            # A page at a time, the token continuing the same listing.
+            first = await ann.list_runs(page_size=2)
+            rest = await ann.list_runs(page_size=2, page_token=first.next_page_token)
+            assert [r.run_id for r in first.runs] == started[:0:-1]
+            assert [r.run_id for r in rest.runs] == started[:1] and not rest.next_page_token
+            # The whole listing's token continues no session's listing.
+            mixed = await _refusal(ann.list_runs("first", page_token=first.next_page_token))
+            assert mixed.reason == "INVALID_REQUEST"

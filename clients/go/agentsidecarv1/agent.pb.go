@@ -4581,7 +4581,8 @@ func (x *GetRunResponse) GetRun() *Run {
 // ListRunsRequest names the session whose background runs are listed.
 type ListRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The session's id.
+	// The session's id; empty: every session of the caller's (the principal's,
+	// each run naming its session).
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The most runs to return. 0 means 50; at most 1000.
 	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -4644,7 +4645,7 @@ func (x *ListRunsRequest) GetPageToken() string {
 	return ""
 }
 
-// ListRunsResponse returns a page of a session's background runs.
+// ListRunsResponse returns a page of background runs.
 type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The runs, newest first, without their results.

@@ -148,8 +148,9 @@ type AgentServiceClient interface {
 	// GetRun returns a background run: its state, and its result once it
 	// finished.
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
-	// ListRuns lists a session's background runs, newest first, a page at a
-	// time. The runs are listed without their results (GetRun has them).
+	// ListRuns lists a session's background runs, or the caller's in all its
+	// sessions, newest first, a page at a time. The runs are listed without
+	// their results (GetRun has them).
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// CancelRun cancels a background run: a submitted run never starts; a
 	// running one stops, with every tool call in flight, and finishes
@@ -421,8 +422,9 @@ type AgentServiceServer interface {
 	// GetRun returns a background run: its state, and its result once it
 	// finished.
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
-	// ListRuns lists a session's background runs, newest first, a page at a
-	// time. The runs are listed without their results (GetRun has them).
+	// ListRuns lists a session's background runs, or the caller's in all its
+	// sessions, newest first, a page at a time. The runs are listed without
+	// their results (GetRun has them).
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// CancelRun cancels a background run: a submitted run never starts; a
 	// running one stops, with every tool call in flight, and finishes

@@ -446,14 +446,15 @@ class AgentClient:
 
     async def list_runs(
         self,
-        session_id: str,
+        session_id: str = "",
         *,
         page_size: int = 0,
         page_token: str = "",
         timeout: float | None = 10.0,
     ) -> agent_pb2.ListRunsResponse:
-        """A page of a session's background runs, newest first, without their results
-        (``ListRuns``); ``next_page_token`` continues it."""
+        """A page of a session's background runs (no ``session_id``: the caller's in all
+        its sessions), newest first, without their results (``ListRuns``);
+        ``next_page_token`` continues it."""
         response: agent_pb2.ListRunsResponse = await self.stub.ListRuns(
             agent_pb2.ListRunsRequest(
                 session_id=session_id, page_size=page_size, page_token=page_token

@@ -324,8 +324,9 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """ListRuns lists a session's background runs, newest first, a page at a
-        time. The runs are listed without their results (GetRun has them).
+        """ListRuns lists a session's background runs, or the caller's in all its
+        sessions, newest first, a page at a time. The runs are listed without
+        their results (GetRun has them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
