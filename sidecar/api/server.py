@@ -39,6 +39,8 @@ from agentsidecar.serving import (
 )
 from agentsidecar.v1 import agent_pb2
 from sidecar.agent.runtime import Runtime
+from sidecar.api.identity_keys import SERVICE_NAME as IDENTITY_KEYS_SERVICE
+from sidecar.api.identity_keys import IdentityKeysServicer
 from sidecar.api.run_codec import GrpcRunCodec
 from sidecar.api.service import AgentServicer, add_to_server
 from sidecar.errors import StartupError
@@ -107,7 +109,12 @@ class GrpcFront:
     def __init__(self, runtime: Runtime, services: Sequence[GrpcService] = ()) -> None:
         self._runtime = runtime
         self._services = tuple(services)
-        self._names = ("", SERVICE_NAME, *(s.service_name for s in self._services))
+        self._names = (
+            "",
+            SERVICE_NAME,
+            *(s.service_name for s in self._services),
+            IDENTITY_KEYS_SERVICE,
+        )
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -144,6 +151,9 @@ class GrpcFront:
         add_to_server(servicer, server)
         for service in self._services:
             service.register(server)
+        # Served whether or not the sidecar signs (it says so): a reload may turn it on.
+        keys = IdentityKeysServicer(lambda: runtime.snapshot.tool_identity)
+        keys.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if config.reflection:
             enable_reflection(server, (*self._names[1:], health.SERVICE_NAME))

@@ -30,13 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from agentsidecar.client import AgentClient
-from agentsidecar.v1 import agent_pb2
+from agentsidecar.v1 import agent_pb2, identity_pb2, identity_pb2_grpc
 from sidecar import testing
 from sidecar.config import ToolAssertionConfig
 from sidecar.security.tool_identity import AssertionSigner
@@ -153,7 +154,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             sidecar(signed_config, work / "signed") as signed,
             sidecar(unsigned_config, work / "unsigned") as unsigned,
         ):
-            yield {"signed": signed.address, "unsigned": unsigned.address, "record": record}
+            yield {
+                "signed": signed.address,
+                "unsigned": unsigned.address,
+                "record": record,
+                "jwks": json.loads(jwks.read_text()),
+            }
+
+
+async def test_a_sidecar_serves_its_keys_to_any_caller_and_one_that_signs_nothing_says_so(
+    stack: dict[str, Any],
+) -> None:
+    # No token: the signed sidecar's AgentService would refuse this caller.
+    async with grpc.aio.insecure_channel(stack["signed"]) as channel:
+        keys = identity_pb2_grpc.IdentityKeysServiceStub(channel)
+        answer = await keys.GetIdentityKeys(identity_pb2.GetIdentityKeysRequest(), timeout=10)
+    assert json.loads(answer.jwks) == stack["jwks"]  # as `identity jwks` prints them
+    assert answer.max_age.seconds == 300
+    async with grpc.aio.insecure_channel(stack["unsigned"]) as channel:
+        keys = identity_pb2_grpc.IdentityKeysServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await keys.GetIdentityKeys(identity_pb2.GetIdentityKeysRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "auth.tool_assertion is unset" in (refused.value.details() or "")
 
 
 async def _ask(
