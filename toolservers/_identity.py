@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentsidecar.tls import FileWatch
 from agentsidecar.tool_identity import (
@@ -46,6 +46,10 @@ from agentsidecar.tool_identity import (
     decode_text,
     entries,
 )
+from toolservers._identity_keys import FetchedKeys
+
+if TYPE_CHECKING:
+    from toolservers._identity_keys import FetchedKeys
 
 logger = logging.getLogger("toolservers")
 
@@ -136,22 +140,30 @@ class IdentityVerifier:
 
     def __init__(
         self,
-        keys_file: str,
+        keys_file: str | None,
         audience: str,
         issuer: str,
         *,
+        fetched: FetchedKeys | None = None,
         required: bool = False,
         leeway: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._file = keys_file
+        self._fetched = fetched
         self.audience = audience
         self.issuer = issuer
         self.required = required
         self._leeway = leeway
         self._clock = clock
-        self._keys = _load_keys(keys_file)
-        self._watch = FileWatch([keys_file])
+        self._keys: dict[str | None, Any] = {}
+        self._watch: FileWatch | None = None
+        if keys_file is not None:
+            self._keys = _load_keys(keys_file)
+            self._watch = FileWatch([keys_file])
+        elif fetched is None:
+            raise ValueError("the identity keys come from a file or from a sidecar: give one")
+        self._seen = 0  # the version of the fetched keys held
         self._checked = time.monotonic()
         self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
@@ -213,6 +225,13 @@ class IdentityVerifier:
         key = self._keys.get(kid) if isinstance(kid, str) else None
         if key is None and None in self._keys and len(self._keys) == 1:
             key = self._keys[None]  # a PEM key: no key ids
+        if key is None and self._fetched is not None:
+            if self._fetched.keys is None:
+                raise IdentityRefused(
+                    f"the identity keys are not fetched yet from {self._fetched.target}: "
+                    "is the sidecar up, and does it sign (auth.tool_assertion)?"
+                )
+            self._fetched.want_refresh()  # a rotation this server has not seen yet
         if key is None:
             raise IdentityRefused(
                 f"the identity assertion is signed by a key this server does not know "
@@ -232,6 +251,13 @@ class IdentityVerifier:
         return claims
 
     def _reread(self) -> None:
+        fetched = self._fetched
+        if fetched is not None:
+            if fetched.version != self._seen and fetched.keys is not None:
+                self._keys, self._seen = fetched.keys, fetched.version
+                self._verified.clear()  # a key may be gone
+            return
+        assert self._watch is not None and self._file is not None
         now = time.monotonic()
         if now - self._checked < _REREAD_EVERY:
             return
@@ -391,15 +417,25 @@ def _load_keys(path: str) -> dict[str | None, Any]:
         ValueError: the file cannot be read, or holds no key of an algorithm the sidecar
             signs with.
     """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read the identity keys {path}: {exc.strerror}") from None
+    return parse_keys(data, path)
+
+
+def parse_keys(data: bytes, path: str) -> dict[str | None, Any]:
+    """The keys of a JWKS (by ``kid``) or of a PEM public key (under None); ``path`` says
+    where they came from, in errors.
+
+    Raises:
+        ValueError: no key of an algorithm the sidecar signs with.
+    """
     import jwt
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read the identity keys {path}: {exc.strerror}") from None
     unusable = ValueError(
         f"{path} holds no usable key: an Ed25519 (EdDSA) or ECDSA P-256 (ES256) public key "
         "as PEM, or a JWKS as 'agent-sidecar identity jwks' prints it (each key with a kid)"

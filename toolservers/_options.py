@@ -55,9 +55,17 @@ class ServeOptions:
             metadata) ends UNAUTHENTICATED. Reread within a second of a change. Default
             none: handlers see the plain, unverified identity. On the command line:
             ``--identity-keys FILE``.
+        identity_keys_from: The sidecar to fetch those keys from instead (its gRPC
+            address, ``HOST:PORT`` or ``unix:PATH``; its ``IdentityKeysService``), in the
+            background from the start and again as they age (docs/tool-servers.md, "The
+            signed assertion"). Plaintext to this machine only; any other address is
+            dialled with TLS. On the command line: ``--identity-keys-from TARGET``.
+        identity_keys_ca: The CA bundle that TLS to ``identity_keys_from`` is verified
+            against; none: the system's roots. On the command line:
+            ``--identity-keys-ca FILE``.
         identity_audience: This server's name in the sidecar's configuration
-            (``tool_servers[].name``); needed with ``identity_keys_file``. On the command
-            line: ``--identity-audience NAME``.
+            (``tool_servers[].name``); needed with ``identity_keys_file`` or
+            ``identity_keys_from``. On the command line: ``--identity-audience NAME``.
         identity_issuer: The issuer the sidecar signs as (``auth.tool_assertion.issuer``).
             Default ``agent-sidecar``. On the command line: ``--identity-issuer NAME``.
         identity_required: Refuse calls that carry no assertion (UNAUTHENTICATED). Default
@@ -81,6 +89,8 @@ class ServeOptions:
     token: str | None = field(default=None, repr=False)
     unix_socket: str | None = None
     identity_keys_file: str | None = None
+    identity_keys_from: str | None = None
+    identity_keys_ca: str | None = None
     identity_audience: str | None = None
     identity_issuer: str = "agent-sidecar"
     identity_required: bool = False
@@ -97,12 +107,17 @@ class ServeOptions:
             raise ValueError("tls_client_ca_file needs tls_cert_file and tls_key_file")
         if self.token is not None and not self.token.strip():
             raise ValueError("token is empty")
-        if self.identity_keys_file is not None and not self.identity_audience:
+        if self.identity_keys_file is not None and self.identity_keys_from is not None:
+            raise ValueError("identity_keys_file and identity_keys_from: give one of them")
+        keys = self.identity_keys_file or self.identity_keys_from
+        if keys is not None and not self.identity_audience:
             raise ValueError(
                 "identity_keys_file needs identity_audience: this server's name in the "
                 "sidecar's configuration (tool_servers[].name)"
             )
-        if self.identity_required and self.identity_keys_file is None:
+        if self.identity_keys_ca is not None and self.identity_keys_from is None:
+            raise ValueError("identity_keys_ca needs identity_keys_from to dial")
+        if self.identity_required and keys is None:
             raise ValueError("identity_required needs identity_keys_file to verify with")
         if self.identity_leeway < 0:
             raise ValueError("identity_leeway is negative")
@@ -166,6 +181,17 @@ def parse_serve_args(
         metavar="FILE",
         help="verify each call's identity assertion with the sidecar's public keys "
         "(a JWKS from 'agent-sidecar identity jwks', or a PEM public key)",
+    )
+    parser.add_argument(
+        "--identity-keys-from",
+        metavar="TARGET",
+        help="fetch those keys from the sidecar at TARGET (its gRPC address) instead, and "
+        "keep them fresh",
+    )
+    parser.add_argument(
+        "--identity-keys-ca",
+        metavar="FILE",
+        help="CA bundle for TLS to --identity-keys-from (default: the system's roots)",
     )
     parser.add_argument(
         "--identity-audience",
@@ -239,6 +265,8 @@ def parse_serve_args(
             token=token,
             unix_socket=args.unix,
             identity_keys_file=args.identity_keys,
+            identity_keys_from=args.identity_keys_from,
+            identity_keys_ca=args.identity_keys_ca,
             identity_audience=args.identity_audience,
             identity_issuer=args.identity_issuer,
             identity_required=args.require_identity,
@@ -252,6 +280,8 @@ def parse_serve_args(
             .replace("tls_client_ca_file", "--tls-client-ca")
             .replace("unix_socket", "--unix")
             .replace("identity_keys_file", "--identity-keys")
+            .replace("identity_keys_from", "--identity-keys-from")
+            .replace("identity_keys_ca", "--identity-keys-ca")
             .replace("identity_audience", "--identity-audience")
             .replace("identity_required", "--require-identity")
             .replace("identity_leeway", "--identity-leeway")

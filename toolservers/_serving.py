@@ -16,6 +16,7 @@ any socket at the path, a live server's included, so nothing may answer there fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -79,15 +80,20 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
 
         tracing = HandlerTracing(server_name, options.otlp_endpoint)
     identity = None
-    if options.identity_keys_file is not None:
+    fetched = None
+    if options.identity_keys_file is not None or options.identity_keys_from is not None:
         from toolservers._identity import IdentityVerifier
+        from toolservers._identity_keys import FetchedKeys
 
         assert options.identity_audience is not None
         try:
+            if options.identity_keys_from is not None:
+                fetched = FetchedKeys(options.identity_keys_from, options.identity_keys_ca)
             identity = IdentityVerifier(
                 options.identity_keys_file,
                 options.identity_audience,
                 options.identity_issuer,
+                fetched=fetched,
                 required=options.identity_required,
                 leeway=options.identity_leeway,
             )
@@ -111,6 +117,8 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
     if reason is not None:
         raise ToolServerError(f"cannot listen on {addresses[0]}: {reason}")
     signals = _Signals()
+    # The keys are fetched beside serving: calls are refused until they arrive.
+    fetching = asyncio.get_running_loop().create_task(fetched.run()) if fetched else None
     try:
         if options.unix_socket is not None:
             try:
@@ -157,6 +165,10 @@ async def serve_tools(server_name: str, tools: Sequence[Tool], options: ServeOpt
         await _drain(server, service, health, options.grace, signals.second)
     finally:
         signals.remove()
+        if fetching is not None:
+            fetching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await fetching
         await server.stop(None)
         # Sync tools still running finish in their threads; their results are dropped.
         executor.shutdown(wait=False, cancel_futures=True)

@@ -338,3 +338,37 @@ async def _log_has(log: Path, text: str) -> None:
         return text in log.read_text()  # noqa: ASYNC240 - a small file, polled
 
     await eventually(seen, timeout=10)
+
+
+async def test_a_tool_server_fetches_the_keys_from_the_sidecar_and_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    # The tool server starts first, as in a cluster: the sidecar is not up, so calls
+    # are refused until its keys arrive (the fetch tries again, 1 s then doubling).
+    key = _key(tmp_path / "key.pem")
+    socket_path = tmp_path / "sidecar.sock"
+    record = tmp_path / "handled.txt"
+    record.touch()
+    flags = ["--identity-keys-from", f"unix:{socket_path}", "--identity-audience", "ident"]
+    with (
+        testing.simulator(scenario=SCENARIO, models=TEST_MODELS) as sim,
+        _server(record, "whoami", *flags, "--require-identity") as ident,
+    ):
+        config = sidecar_config(
+            sim,
+            [{"name": "ident", "address": ident.address}],
+            server={"port": 0, "unix_socket": str(socket_path)},
+            auth={"tool_assertion": {"key_file": str(key)}},
+        )
+        with sidecar(config, tmp_path) as side:
+            seen: list[str] = []
+
+            async def verified() -> bool:
+                calls, _, _ = await _ask(side.address, "who am i")
+                seen.append(calls[0].content)
+                return calls[0].status == agent_pb2.TOOL_CALL_STATUS_OK
+
+            await eventually(verified, timeout=20, interval=0.2)
+            assert json.loads(seen[-1])["verified"] is True
+            # Any refusal on the way said why.
+            assert all("not fetched yet" in s for s in seen[:-1]), seen
