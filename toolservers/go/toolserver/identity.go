@@ -78,8 +78,24 @@ type Identity struct {
 // call before its handler runs; a call whose assertion fails ends UNAUTHENTICATED.
 type IdentityConfig struct {
 	// KeysFile holds the sidecar's public keys: a JWKS (`agent-sidecar identity jwks`
-	// prints it) or a PEM public key. Reread within a second of a change.
+	// prints it) or a PEM public key. Reread within a second of a change. Set exactly one
+	// of KeysFile and KeysFrom.
 	KeysFile string
+	// KeysFrom is a sidecar's gRPC target ("agent-sidecar:50051", "127.0.0.1:50051",
+	// "unix:/run/agent-sidecar.sock") to fetch the keys from
+	// (agentsidecar.v1.IdentityKeysService) instead of a file: in the background from the
+	// start of Serve, again every max_age the sidecar answers with, and soon (at most
+	// once every 10 s) after an assertion names a key it does not know. Until the first
+	// answer a call carrying an assertion is refused (UNAUTHENTICATED, "the identity keys
+	// are not fetched yet"); a failed fetch is retried after 1 s, doubling to 30 s, and
+	// a failed refresh keeps the keys the server has. The keys travel in plaintext only
+	// to this machine (a loopback address, localhost, a unix: socket); any other target
+	// is dialled with TLS.
+	KeysFrom string
+	// KeysCA is a PEM file of the certificate authorities KeysFrom's TLS certificate is
+	// verified against; empty means the system's roots. With KeysCA even a local target
+	// is dialled with TLS. A file that cannot be read makes Serve fail.
+	KeysCA string
 	// Audience is this server's name in the sidecar's configuration
 	// (tool_servers[].name). Required.
 	Audience string
@@ -93,7 +109,7 @@ type IdentityConfig struct {
 }
 
 // WithIdentity verifies every call's identity assertion (see IdentityConfig). A keys
-// file that cannot be read makes Serve fail.
+// file (or KeysCA file) that cannot be read makes Serve fail.
 func WithIdentity(cfg IdentityConfig) Option {
 	return func(s *Server) { s.identity = &cfg }
 }
@@ -229,10 +245,14 @@ type verifier struct {
 	cfg IdentityConfig
 	now func() time.Time
 
+	// fetcher, when the keys come from a sidecar (KeysFrom); nil for a keys file.
+	fetcher *keysFetcher
+
 	mu       sync.Mutex
-	keys     map[string]publicKey // by kid; "" for a PEM key
+	keys     map[string]publicKey // by kid; "" for a PEM key; nil until fetched
 	seen     fileState
 	checked  time.Time
+	fetched  string // the JWKS the keys were parsed from, when fetched
 	verified map[string]*assertion
 }
 
@@ -252,6 +272,21 @@ func newVerifier(cfg IdentityConfig) (*verifier, error) {
 		cfg.Leeway = DefaultLeeway
 	}
 	v := &verifier{cfg: cfg, now: time.Now, verified: map[string]*assertion{}}
+	switch {
+	case cfg.KeysFile != "" && cfg.KeysFrom != "":
+		return nil, errors.New("toolserver: IdentityConfig takes one of KeysFile (the sidecar's keys as a file) and KeysFrom (a sidecar to fetch them from), not both")
+	case cfg.KeysFile == "" && cfg.KeysFrom == "":
+		return nil, errors.New("toolserver: IdentityConfig needs KeysFile (the sidecar's keys as a file) or KeysFrom (a sidecar to fetch them from)")
+	case cfg.KeysCA != "" && cfg.KeysFrom == "":
+		return nil, errors.New("toolserver: IdentityConfig.KeysCA verifies the sidecar the keys are fetched from: it needs KeysFrom")
+	case cfg.KeysFrom != "":
+		fetcher, err := newKeysFetcher(cfg.KeysFrom, cfg.KeysCA)
+		if err != nil {
+			return nil, err
+		}
+		v.fetcher = fetcher
+		return v, nil
+	}
 	keys, state, err := loadKeys(cfg.KeysFile)
 	if err != nil {
 		return nil, err
@@ -294,7 +329,11 @@ func (v *verifier) verify(ctx context.Context, callID string) (*Identity, error)
 func (v *verifier) assertion(token string) (*assertion, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.reread()
+	if v.fetcher == nil {
+		v.reread()
+	} else if v.keys == nil {
+		return nil, refused("the identity keys are not fetched yet from %s: this tool server fetches them from the sidecar in the background; try again shortly", v.cfg.KeysFrom)
+	}
 	now := v.now()
 	if cached, ok := v.verified[token]; ok {
 		if expiredBy(cached.exp, now, v.cfg.Leeway) {
@@ -355,6 +394,10 @@ func (v *verifier) decode(token string, now time.Time) (*assertion, error) {
 		key, ok = v.keys[kid] // a JWKS's keys, each under its kid
 	}
 	if !ok {
+		if v.fetcher != nil {
+			v.fetcher.refreshSoon()
+			return nil, refused("the identity assertion is signed by a key this server does not know (kid %s): it asks %s for the keys again", shown(header["kid"]), v.cfg.KeysFrom)
+		}
 		return nil, refused("the identity assertion is signed by a key this server does not know (kid %s): give it the sidecar's current JWKS", shown(header["kid"]))
 	}
 	// 5. header and key
@@ -648,11 +691,31 @@ func loadKeys(path string) (map[string]publicKey, fileState, error) {
 		}
 		return map[string]publicKey{"": key}, state, nil
 	}
+	keys, err := parseJWKS(data)
+	switch {
+	case errors.Is(err, errNotJWKS):
+		return nil, state, fmt.Errorf("toolserver: %s is neither a JWKS (a JSON object with \"keys\") nor a PEM key", path)
+	case err != nil:
+		return nil, state, unusable
+	}
+	return keys, state, nil
+}
+
+// The ways a JWKS is refused.
+var (
+	errNotJWKS     = errors.New(`not a JWKS (a JSON object with "keys")`)
+	errNoUsableKey = errors.New("no usable key: an Ed25519 (EdDSA) or ECDSA P-256 (ES256) key, each with a kid")
+)
+
+// parseJWKS is the keys of a JWKS by kid, a file's or a sidecar's answer alike: its
+// Ed25519 and P-256 keys that have a kid (others are skipped); errNotJWKS, or
+// errNoUsableKey when none is left.
+func parseJWKS(data []byte) (map[string]publicKey, error) {
 	var set struct {
 		Keys []map[string]any `json:"keys"`
 	}
 	if err := json.Unmarshal(data, &set); err != nil || set.Keys == nil {
-		return nil, state, fmt.Errorf("toolserver: %s is neither a JWKS (a JSON object with \"keys\") nor a PEM key", path)
+		return nil, errNotJWKS
 	}
 	keys := map[string]publicKey{}
 	for _, jwk := range set.Keys {
@@ -665,9 +728,9 @@ func loadKeys(path string) (map[string]publicKey, fileState, error) {
 		}
 	}
 	if len(keys) == 0 {
-		return nil, state, unusable
+		return nil, errNoUsableKey
 	}
-	return keys, state, nil
+	return keys, nil
 }
 
 func supported(key any) (publicKey, bool) {

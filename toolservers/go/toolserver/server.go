@@ -48,6 +48,8 @@ type Server struct {
 	extra   []grpc.ServerOption
 	// identity, when set, verifies every call's identity assertion.
 	identity *IdentityConfig
+	// fetchTimings, when set, replace the keys fetcher's waits (in tests).
+	fetchTimings *fetchTimings
 
 	mu      sync.Mutex
 	tools   []*registered
@@ -131,6 +133,14 @@ func (s *Server) serve(ctx context.Context, lis net.Listener, grace time.Duratio
 		if svc.verifier, err = newVerifier(*s.identity); err != nil {
 			return err
 		}
+		if svc.verifier.fetcher != nil && s.fetchTimings != nil {
+			svc.verifier.fetcher.timings = *s.fetchTimings
+		}
+		stopFetching, err := svc.verifier.startFetching(s.log)
+		if err != nil {
+			return err
+		}
+		defer stopFetching() // once the server has stopped
 	}
 	opts := append([]grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalivePolicy)}, s.extra...)
 	gs := grpc.NewServer(opts...)
@@ -241,8 +251,9 @@ func (s *Server) Run(ctx context.Context, cfg Config) error {
 }
 
 // Main is a tool server's whole main function: it reads the flags --host, --port,
-// --grace, --log-level and the identity flags (--identity-keys FILE, --identity-audience
-// NAME, --identity-issuer NAME, --require-identity, --identity-leeway DURATION; see
+// --grace, --log-level and the identity flags (--identity-keys FILE or
+// --identity-keys-from TARGET with --identity-keys-ca FILE, --identity-audience NAME,
+// --identity-issuer NAME, --require-identity, --identity-leeway DURATION; see
 // IdentityConfig) from the command line, serves until SIGTERM or SIGINT, drains (see
 // Serve) and exits 0; a second signal ends it at once. It exits 1 when it cannot serve
 // and 2 on bad flags.
@@ -253,20 +264,34 @@ func (s *Server) Main() {
 	grace := flags.Duration("grace", DefaultGrace, "how long running calls get to finish after SIGTERM")
 	level := flags.String("log-level", "info", "stderr log level: debug, info, warn or error")
 	keys := flags.String("identity-keys", "", "verify each call's identity assertion with the sidecar's public keys (a JWKS from 'agent-sidecar identity jwks', or a PEM public key)")
+	keysFrom := flags.String("identity-keys-from", "", "verify each call's identity assertion with the public keys fetched from this sidecar (its gRPC target: HOST:PORT or unix:PATH); plaintext only to this machine, TLS elsewhere")
+	keysCA := flags.String("identity-keys-ca", "", "PEM certificates of the CAs to verify --identity-keys-from's TLS certificate with (default: the system's roots); with it a local target is dialled with TLS too")
 	audience := flags.String("identity-audience", "", "this server's name in the sidecar's configuration (tool_servers[].name)")
 	issuer := flags.String("identity-issuer", DefaultIssuer, "the issuer the sidecar signs as")
 	required := flags.Bool("require-identity", false, "refuse calls without a verified identity assertion")
 	leeway := flags.Duration("identity-leeway", DefaultLeeway, "clock difference allowed when checking an assertion's lifetime")
 	_ = flags.Parse(os.Args[1:])
 	switch {
+	case *keys != "" && *keysFrom != "":
+		fmt.Fprintf(os.Stderr, "%s: give one of --identity-keys (a file) and --identity-keys-from (a sidecar), not both\n", s.name)
+		os.Exit(2)
+	case *keysCA != "" && *keysFrom == "":
+		fmt.Fprintf(os.Stderr, "%s: --identity-keys-ca verifies the sidecar of --identity-keys-from: it needs --identity-keys-from\n", s.name)
+		os.Exit(2)
 	case *keys != "" && *audience == "":
 		fmt.Fprintf(os.Stderr, "%s: --identity-keys needs --identity-audience: this server's name in the sidecar's configuration\n", s.name)
 		os.Exit(2)
-	case *required && *keys == "":
-		fmt.Fprintf(os.Stderr, "%s: --require-identity needs --identity-keys to verify with\n", s.name)
+	case *keysFrom != "" && *audience == "":
+		fmt.Fprintf(os.Stderr, "%s: --identity-keys-from needs --identity-audience: this server's name in the sidecar's configuration\n", s.name)
 		os.Exit(2)
-	case *keys != "":
-		s.identity = &IdentityConfig{KeysFile: *keys, Audience: *audience, Issuer: *issuer, Required: *required, Leeway: *leeway}
+	case *required && *keys == "" && *keysFrom == "":
+		fmt.Fprintf(os.Stderr, "%s: --require-identity needs --identity-keys or --identity-keys-from to verify with\n", s.name)
+		os.Exit(2)
+	case *keys != "" || *keysFrom != "":
+		s.identity = &IdentityConfig{
+			KeysFile: *keys, KeysFrom: *keysFrom, KeysCA: *keysCA,
+			Audience: *audience, Issuer: *issuer, Required: *required, Leeway: *leeway,
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {

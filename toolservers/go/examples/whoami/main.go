@@ -4,6 +4,11 @@
 //	agent-sidecar identity jwks --config sidecar.yaml > jwks.json
 //	go run ./examples/whoami --port 7005 \
 //		--identity-keys jwks.json --identity-audience whoami --require-identity
+//
+// or, fetching the keys from the sidecar (its gRPC port) instead of a file:
+//
+//	go run ./examples/whoami --port 7005 \
+//		--identity-keys-from 127.0.0.1:50051 --identity-audience whoami --require-identity
 package main
 
 import (
