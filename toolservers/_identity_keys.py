@@ -31,7 +31,8 @@ class FetchedKeys:
 
     Args:
         target: The sidecar's gRPC address (``HOST:PORT``, ``unix:PATH``).
-        ca_file: The CA bundle TLS is verified against; None: the system's roots.
+        ca_file: The CA bundle TLS is verified against (given, TLS is used on this machine
+            too); None: the system's roots, and plaintext to this machine.
         first_retry, last_retry: The wait after a failed fetch, doubling from the first.
         soonest: The least time between two fetches that unknown keys ask for.
 
@@ -52,7 +53,7 @@ class FetchedKeys:
         self.keys: dict[str | None, Any] | None = None
         self.version = 0
         self._credentials: grpc.ChannelCredentials | None = None
-        if not is_local_target(target):
+        if ca_file is not None or not is_local_target(target):
             roots = None
             if ca_file is not None:
                 try:

@@ -129,6 +129,9 @@ def test_keys_travel_in_plaintext_only_on_this_machine(tmp_path: Any) -> None:
     assert FetchedKeys("127.0.0.1:50051")._credentials is None
     assert FetchedKeys("unix:/run/sidecar.sock")._credentials is None
     assert FetchedKeys("agent-sidecar.default.svc:50051")._credentials is not None
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"")  # read, not parsed, until a fetch dials
+    assert FetchedKeys("127.0.0.1:50051", str(ca))._credentials is not None
     with pytest.raises(ValueError, match="cannot read"):
         FetchedKeys("agent-sidecar:50051", str(tmp_path / "missing-ca.pem"))
 
