@@ -1628,10 +1628,10 @@ class SidecarConfig(_Strict):
         for name, profile in self.profiles.items():
             if profile.record > 0:
                 raise ValueError(f"profiles.{name}.record needs recording.path")
-            for variant in profile.variants:
+            for i, variant in enumerate(profile.variants):
                 if variant.shadow is not None:
                     raise ValueError(
-                        f"profiles.{name}.variants.{variant.name}.shadow needs recording.path "
+                        f"profiles.{name}.variants[{i}].shadow needs recording.path "
                         "(the comparisons are written there)"
                     )
         return self
@@ -1753,8 +1753,8 @@ class SidecarConfig(_Strict):
             if profile.light is not None:
                 overrides.append(("light.model", profile.light.model))
             for i, variant in enumerate(profile.variants):
-                overrides.append((f"variants.{i}.model", variant.model))
-                overrides.append((f"variants.{i}.tools_model", variant.tools_model))
+                overrides.append((f"variants[{i}].model", variant.model))
+                overrides.append((f"variants[{i}].tools_model", variant.tools_model))
             for where, override in overrides:
                 if override is None:
                     continue
@@ -1822,8 +1822,8 @@ def model_sections(config: SidecarConfig) -> list[tuple[str, Mapping[str, Any] |
         if profile.light is not None:
             sections.append((f"{where}.light.model", profile.light.model))
         for i, variant in enumerate(profile.variants):
-            sections.append((f"{where}.variants.{i}.model", variant.model))
-            sections.append((f"{where}.variants.{i}.tools_model", variant.tools_model))
+            sections.append((f"{where}.variants[{i}].model", variant.model))
+            sections.append((f"{where}.variants[{i}].tools_model", variant.tools_model))
     sections.append(("replay.judge", config.replay.judge))
     return [(where, o) for where, o in sections if where == "model" or o]
 

@@ -325,7 +325,7 @@ _SHADOW = {"name": "shadow", "weight": 1, "shadow": 0.5}
         ({"profiles": {"p": {"record": 0.1}}}, "profiles.p.record needs recording.path"),
         (
             {"profiles": {"p": {"variants": [{"name": "a", "weight": 1}, _SHADOW]}}},
-            "profiles.p.variants.shadow.shadow needs recording.path",
+            "profiles.p.variants[1].shadow needs recording.path",
         ),
         (
             {"profiles": {"p": {"variants": [_SHADOW, {"name": "a", "weight": 1}]}}},

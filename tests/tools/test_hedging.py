@@ -206,7 +206,7 @@ async def test_no_second_copy_is_sent_while_the_breaker_is_not_closed(
 )
 def test_an_invalid_hedge_policy_is_refused_naming_its_key(hedge: dict[str, Any], key: str) -> None:
     config = {"tool_servers": [{"name": "t", "address": "127.0.0.1:1", "hedge": hedge}]}
-    with pytest.raises(ConfigError, match=r"tool_servers\.0\.hedge") as refused:
+    with pytest.raises(ConfigError, match=r"tool_servers\[0\]\.hedge") as refused:
         parse_config(config)
     assert key in str(refused.value)
 
