@@ -25,7 +25,7 @@ export {
 } from "./identity.js";
 export { LEVELS, type Logger, type LogLevel } from "./logger.js";
 export { parseServeArgs, type ServeOptions } from "./options.js";
-export { HEALTH_SERVICE_NAME, SERVICE_NAME } from "./protocol.js";
+export { HEALTH_SERVICE_NAME, IDENTITY_KEYS_SERVICE_NAME, SERVICE_NAME } from "./protocol.js";
 export { KEEPALIVE_OPTIONS, type RunningServer, ToolServer } from "./server.js";
 export { IdentityRefused, type IdentityOptions, IdentityVerifier, MAX_ASSERTION_BYTES } from "./verifier.js";
 export type { JsonSchema, Tool, ToolContext, ToolDefinition, ToolHandler } from "./tool.js";

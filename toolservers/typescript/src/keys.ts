@@ -1,6 +1,7 @@
 /**
  * The sidecar's public keys, from the file `--identity-keys` names: a JWKS (`agent-sidecar
- * identity jwks` prints it; keys by `kid`) or one PEM public key (which takes any `kid`).
+ * identity jwks` prints it; keys by `kid`) or one PEM public key (which takes any `kid`); or
+ * the JWKS a sidecar serves (`--identity-keys-from`, parsed by the same {@link parseJwks}).
  * Only the kinds the sidecar signs with are kept: Ed25519 (EdDSA) and ECDSA P-256 (ES256).
  */
 import { createPublicKey, type KeyObject } from "node:crypto";
@@ -42,10 +43,7 @@ export function loadKeys(path: string): KeySet {
   } catch (error) {
     throw new ToolServerError(`cannot read the identity keys ${path}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
   }
-  const unusable = new ToolServerError(
-    `${path} holds no usable key: an Ed25519 (EdDSA) or ECDSA P-256 (ES256) public key as PEM, ` +
-      "or a JWKS as 'agent-sidecar identity jwks' prints it (each key with a kid)",
-  );
+  const unusable = unusableKeys(path);
   if (text.trimStart().startsWith("-----BEGIN")) {
     // A private key would parse too (its public half derived): refuse what is not public.
     if (!text.includes("-----BEGIN PUBLIC KEY-----")) throw unusable;
@@ -59,6 +57,17 @@ export function loadKeys(path: string): KeySet {
     if (!pem) throw unusable;
     return { pem };
   }
+  return parseJwks(text, path, true);
+}
+
+/**
+ * The keys of a JWKS (a file's, or one a sidecar serves): each entry with a `kid` and a key of
+ * a kind the sidecar signs with is kept; other entries are skipped. `source` names where the
+ * text came from, in the messages (which mention PEM keys when `orPem`: a file may hold one).
+ *
+ * @throws ToolServerError when the text is no JWKS or holds no usable key.
+ */
+export function parseJwks(text: string, source: string, orPem = false): KeySet {
   let set: unknown;
   try {
     set = JSON.parse(text);
@@ -67,7 +76,8 @@ export function loadKeys(path: string): KeySet {
   }
   const entries = typeof set === "object" && set !== null ? (set as { keys?: unknown }).keys : undefined;
   if (!Array.isArray(entries)) {
-    throw new ToolServerError(`${path} is neither a JWKS (a JSON object with "keys") nor a PEM key`);
+    const jwks = 'a JWKS (a JSON object with "keys")';
+    throw new ToolServerError(orPem ? `${source} is neither ${jwks} nor a PEM key` : `${source} is not ${jwks}`);
   }
   const byKid = new Map<string, PublicKey>();
   for (const jwk of entries as unknown[]) {
@@ -77,8 +87,16 @@ export function loadKeys(path: string): KeySet {
     const key = fromJwk(jwk as Record<string, unknown>);
     if (key) byKid.set(kid, key);
   }
-  if (!byKid.size) throw unusable;
+  if (!byKid.size) throw unusableKeys(source, orPem);
   return { byKid };
+}
+
+function unusableKeys(source: string, orPem = true): ToolServerError {
+  const jwks = "a JWKS as 'agent-sidecar identity jwks' prints it (each key with a kid)";
+  return new ToolServerError(
+    `${source} holds no usable key: ` +
+      (orPem ? `an Ed25519 (EdDSA) or ECDSA P-256 (ES256) public key as PEM, or ${jwks}` : `${jwks}, of Ed25519 (EdDSA) or ECDSA P-256 (ES256) keys`),
+  );
 }
 
 /** The key of an OKP Ed25519 or EC P-256 JWK; other kinds (another party's keys) are skipped. */

@@ -42,9 +42,26 @@ export interface ServeOptions {
    * public key): every call's signed identity assertion is verified with them before its
    * handler runs, and a call whose assertion fails ends UNAUTHENTICATED. Reread within a
    * second of a change. Default: none, and handlers see the plain, unverified identity.
+   * Give this or `identityKeysFrom`.
    */
   identityKeysFile?: string;
-  /** This server's name in the sidecar's configuration (`tool_servers[].name`); needed with `identityKeysFile`. */
+  /**
+   * Fetch the sidecar's public keys from a sidecar instead of a file: its gRPC target
+   * (`host:port` or `unix:/path`), which serves `agentsidecar.v1.IdentityKeysService`. Fetched
+   * in the background from the start: the server serves at once, and until the first answer a
+   * call carrying an assertion is refused UNAUTHENTICATED (`the identity keys are not fetched
+   * yet`); a failed fetch is tried again after 1 s, doubling to 30 s; then again every
+   * `max_age` of the answer, and soon (at most once every 10 s) after an assertion names a
+   * kid the keys lack. A failed refresh keeps the keys. Plaintext only to a local target (a
+   * loopback address, `localhost`, `unix:`); any other is dialled with TLS.
+   */
+  identityKeysFrom?: string;
+  /**
+   * PEM CA bundle the TLS certificate of `identityKeysFrom` must chain to (then TLS is used
+   * even to a local target). Default: the system's roots. A file that cannot be read fails the start.
+   */
+  identityKeysCa?: string;
+  /** This server's name in the sidecar's configuration (`tool_servers[].name`); needed with the identity keys. */
   identityAudience?: string;
   /** The issuer the sidecar signs as (`auth.tool_assertion.issuer`). Default `agent-sidecar`. */
   identityIssuer?: string;
@@ -70,11 +87,22 @@ export function optionsProblem(options: ServeOptions): string | undefined {
     return `port must be an integer from 0 to 65535, got ${options.port}`;
   }
   if (options.grace !== undefined && !(options.grace >= 0)) return `grace must be seconds >= 0, got ${options.grace}`;
-  if (options.identityKeysFile !== undefined && !options.identityAudience) {
-    return "identityKeysFile needs identityAudience: this server's name in the sidecar's configuration (tool_servers[].name)";
+  if (options.identityKeysFile !== undefined && options.identityKeysFrom !== undefined) {
+    return "identityKeysFile and identityKeysFrom are alternatives: give one";
   }
-  if (options.identityRequired && options.identityKeysFile === undefined) {
-    return "identityRequired needs identityKeysFile to verify with";
+  if (options.identityKeysFrom !== undefined && !options.identityKeysFrom.trim()) {
+    return "identityKeysFrom is empty: give the sidecar's gRPC address (host:port or unix:/path)";
+  }
+  if (options.identityKeysCa !== undefined && options.identityKeysFrom === undefined) {
+    return "identityKeysCa needs identityKeysFrom: it verifies the certificate of the sidecar the keys are fetched from";
+  }
+  for (const keys of ["identityKeysFile", "identityKeysFrom"] as const) {
+    if (options[keys] !== undefined && !options.identityAudience) {
+      return `${keys} needs identityAudience: this server's name in the sidecar's configuration (tool_servers[].name)`;
+    }
+  }
+  if (options.identityRequired && options.identityKeysFile === undefined && options.identityKeysFrom === undefined) {
+    return "identityRequired needs identityKeysFile or identityKeysFrom to verify with";
   }
   if (options.identityLeeway !== undefined && !(options.identityLeeway >= 0 && Number.isFinite(options.identityLeeway))) {
     return `identityLeeway must be seconds >= 0, got ${options.identityLeeway}`;
@@ -93,6 +121,11 @@ export const USAGE = `flags:
   --token-file FILE       require the bearer token held in this file
   --identity-keys FILE    verify each call's identity assertion with the sidecar's public keys
                           (a JWKS from 'agent-sidecar identity jwks', or a PEM public key)
+  --identity-keys-from TARGET
+                          fetch those keys from a sidecar instead (its gRPC address, host:port
+                          or unix:/path); plaintext only to loopback, localhost or unix:, TLS otherwise
+  --identity-keys-ca FILE verify the TLS certificate of --identity-keys-from against this CA
+                          (default: the system's roots)
   --identity-audience NAME
                           this server's name in the sidecar's configuration (tool_servers[].name)
   --identity-issuer NAME  the issuer the sidecar signs as (default agent-sidecar)
@@ -118,6 +151,8 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
       "token-file": { type: "string" },
       "log-level": { type: "string" },
       "identity-keys": { type: "string" },
+      "identity-keys-from": { type: "string" },
+      "identity-keys-ca": { type: "string" },
       "identity-audience": { type: "string" },
       "identity-issuer": { type: "string" },
       "require-identity": { type: "boolean" },
@@ -159,6 +194,8 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
     token,
     logLevel: level as LogLevel | undefined,
     identityKeysFile: values["identity-keys"],
+    identityKeysFrom: values["identity-keys-from"],
+    identityKeysCa: values["identity-keys-ca"],
     identityAudience: values["identity-audience"],
     identityIssuer: values["identity-issuer"],
     identityRequired: values["require-identity"],
@@ -173,7 +210,9 @@ export function parseServeArgs(argv: readonly string[], env: NodeJS.ProcessEnv =
         .replace("tlsClientCaFile", "--tls-client-ca")
         .replace(/^port/, "--port")
         .replace(/^grace/, "--grace")
-        .replace("identityKeysFile", "--identity-keys")
+        .replaceAll("identityKeysFile", "--identity-keys")
+        .replaceAll("identityKeysFrom", "--identity-keys-from")
+        .replaceAll("identityKeysCa", "--identity-keys-ca")
         .replace("identityAudience", "--identity-audience")
         .replace("identityRequired", "--require-identity")
         .replace("identityLeeway", "--identity-leeway"),

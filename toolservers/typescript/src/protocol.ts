@@ -1,7 +1,9 @@
 /**
  * The tool-server contract (`agentsidecar.v1.ToolService`) and `grpc.health.v1`, loaded at run
  * time from the `.proto` files this package ships: their service definitions, and the
- * package definition server reflection describes.
+ * package definition server reflection describes. Beside them, the sidecar's
+ * `agentsidecar.v1.IdentityKeysService` (identity.proto), which this package calls (to fetch
+ * the identity keys) and does not serve: it stays out of what reflection describes.
  */
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -23,6 +25,23 @@ export const packageDefinition: PackageDefinition = loadSync(
 );
 
 export const toolService = packageDefinition[SERVICE_NAME] as ServiceDefinition;
+
+/** The sidecar's service that serves the public keys its identity assertions are signed with. */
+export const IDENTITY_KEYS_SERVICE_NAME = "agentsidecar.v1.IdentityKeysService";
+
+/** The identity keys service, fields by their proto names (`max_age`), as a client decodes them. */
+export const identityKeysPackageDefinition: PackageDefinition = loadSync(
+  [path.join(PROTO_ROOT, "agentsidecar", "v1", "identity.proto")],
+  { keepCase: true, longs: String, enums: String, defaults: false, oneofs: true, includeDirs: [PROTO_ROOT] },
+);
+
+export const identityKeysService = identityKeysPackageDefinition[IDENTITY_KEYS_SERVICE_NAME] as ServiceDefinition;
+
+/** `GetIdentityKeysResponse`, as proto-loader decodes it (absent fields are undefined). */
+export interface GetIdentityKeysResponse {
+  jwks?: string;
+  max_age?: { seconds?: string | number; nanos?: number } | null;
+}
 
 /** A `google.protobuf.Duration` from seconds. */
 export interface Duration {

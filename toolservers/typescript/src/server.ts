@@ -119,17 +119,21 @@ export class ToolServer {
    * Listens as `options` say and serves until drained or stopped; resolves once accepting
    * connections. Health is SERVING for `""` and `agentsidecar.v1.ToolService`.
    *
-   * @throws ToolServerError when the address cannot be bound, or the TLS or identity keys files cannot be read.
+   * @throws ToolServerError when the address cannot be bound, or the TLS or identity keys files
+   *   (or the CA file of `identityKeysFrom`) cannot be read.
    */
   async listen(options: ServeOptions = {}): Promise<RunningServer> {
     const problem = optionsProblem(options);
     if (problem) throw new ToolServerError(problem);
     const log = stderrLogger(this.name, options.logLevel);
+    // With identityKeysFrom the keys are fetched from here on, in the background.
     const identity =
-      options.identityKeysFile === undefined
+      options.identityKeysFile === undefined && options.identityKeysFrom === undefined
         ? undefined
         : new IdentityVerifier({
             keysFile: options.identityKeysFile,
+            keysFrom: options.identityKeysFrom,
+            keysCa: options.identityKeysCa,
             audience: options.identityAudience ?? "",
             issuer: options.identityIssuer,
             required: options.identityRequired,
@@ -146,21 +150,26 @@ export class ToolServer {
 
     const host = options.host ?? "127.0.0.1";
     const hostLiteral = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
-    const { credentials, ready } = serverCredentials(options);
     let port: number;
     try {
-      port = await new Promise<number>((resolve, reject) =>
-        server.bindAsync(`${hostLiteral}:${options.port ?? 0}`, credentials, (error, bound) =>
-          error ? reject(error) : resolve(bound),
-        ),
-      );
+      const { credentials, ready } = serverCredentials(options);
+      try {
+        port = await new Promise<number>((resolve, reject) =>
+          server.bindAsync(`${hostLiteral}:${options.port ?? 0}`, credentials, (error, bound) =>
+            error ? reject(error) : resolve(bound),
+          ),
+        );
+      } catch (error) {
+        throw new ToolServerError(`cannot listen on ${hostLiteral}:${options.port ?? 0}: ${(error as Error).message}`);
+      }
+      try {
+        await ready;
+      } catch (error) {
+        server.forceShutdown();
+        throw error;
+      }
     } catch (error) {
-      throw new ToolServerError(`cannot listen on ${hostLiteral}:${options.port ?? 0}: ${(error as Error).message}`);
-    }
-    try {
-      await ready;
-    } catch (error) {
-      server.forceShutdown();
+      identity?.close();
       throw error;
     }
     const address = `${hostLiteral}:${port}`;
@@ -174,12 +183,13 @@ export class ToolServer {
         return service.inFlight;
       },
       drain: (graceSeconds = graceDefault, hurry?: AbortSignal) => {
-        stopped ??= drain(server, service, health, log, graceSeconds, hurry);
+        stopped ??= drain(server, service, health, log, graceSeconds, hurry).finally(() => identity?.close());
         return stopped;
       },
       stop: () => {
         service.cancelAll();
         server.forceShutdown();
+        identity?.close();
       },
     };
     return running;
@@ -221,8 +231,8 @@ export class ToolServer {
 
   /**
    * A tool server's whole main: reads the flags (`--host`, `--port`, `--grace`, `--tls-cert`,
-   * `--tls-key`, `--tls-client-ca`, `--token-env` / `--token-file`, `--identity-keys`,
-   * `--identity-audience`, `--identity-issuer`, `--require-identity`, `--identity-leeway`,
+   * `--tls-key`, `--tls-client-ca`, `--token-env` / `--token-file`, `--identity-keys` or
+   * `--identity-keys-from` (with `--identity-keys-ca`), `--identity-audience`, `--identity-issuer`, `--require-identity`, `--identity-leeway`,
    * `--log-level`), serves
    * until SIGTERM, drains, and exits 0; exits 2 on a bad flag and 1 when it cannot serve.
    */

@@ -7,12 +7,14 @@
  *
  * A given assertion is verified once: the sidecar reuses one per run and server, so a run's
  * later calls cost a lookup (and an expiry check). The keys file is reread within a second of
- * a change (a key rotation), which forgets what was verified before.
+ * a change (a key rotation), which forgets what was verified before; keys fetched from a
+ * sidecar instead ({@link KeysFetcher}) are refetched by the fetch rule, and new ones forget too.
  */
 import type { Metadata } from "@grpc/grpc-js";
 import { compactVerify } from "jose";
 
 import { ToolServerError } from "./errors.js";
+import { KeysFetcher } from "./fetcher.js";
 import {
   ASSERTION_KEY,
   CALL_ID_KEY,
@@ -47,8 +49,28 @@ export interface IdentityOptions {
   /**
    * The sidecar's public keys: a JWKS (`agent-sidecar identity jwks` prints it) or a PEM
    * public key. Reread within a second of a change; a file that is then unusable keeps the old keys.
+   * Give this or `keysFrom`.
    */
-  keysFile: string;
+  keysFile?: string;
+  /**
+   * The gRPC target of a sidecar to fetch the keys from (`host:port` or `unix:/path`;
+   * `agentsidecar.v1.IdentityKeysService`), instead of `keysFile`. Fetched in the background
+   * from the verifier's construction: until the first answer an assertion is refused (`the
+   * identity keys are not fetched yet`); a failed fetch is retried after `keysRetryAfter`,
+   * doubling to `keysRetryMax`; then refetched every `max_age` of the answer, and soon (at most
+   * once every `keysUnknownKidEvery`) after an assertion names a kid the keys lack. A failed
+   * refresh keeps the keys. Plaintext only to a local target (loopback, `localhost`, `unix:`);
+   * TLS otherwise, or with `keysCa`. {@link IdentityVerifier.close} stops it.
+   */
+  keysFrom?: string;
+  /** PEM CA bundle to verify the TLS certificate of `keysFrom` with. Default: the system's roots. */
+  keysCa?: string;
+  /** Seconds before a failed fetch from `keysFrom` is tried again (then doubling). Default 1. */
+  keysRetryAfter?: number;
+  /** The longest wait, in seconds, between failed fetches from `keysFrom`. Default 30. */
+  keysRetryMax?: number;
+  /** The least seconds between a fetch and one an assertion's unknown kid asks for. Default 10. */
+  keysUnknownKidEvery?: number;
   /** This server's name in the sidecar's configuration (`tool_servers[].name`). */
   audience: string;
   /** The issuer the sidecar signs as (`auth.tool_assertion.issuer`). Default `agent-sidecar`. */
@@ -59,7 +81,7 @@ export interface IdentityOptions {
   leeway?: number;
   /** Wall-clock seconds since the epoch (tests pass their own). */
   clock?: () => number;
-  /** Where key reloads are logged. */
+  /** Where key reloads and failed fetches are logged. */
   log?: Logger;
 }
 
@@ -74,17 +96,28 @@ export class IdentityVerifier {
   readonly issuer: string;
   readonly required: boolean;
   readonly leeway: number;
-  readonly #file: string;
+  readonly #file: string | undefined;
   readonly #clock: () => number;
   readonly #log: Logger | undefined;
-  readonly #watch: FileWatch;
-  #keys: KeySet;
+  readonly #watch: FileWatch | undefined;
+  readonly #fetcher: KeysFetcher | undefined;
+  #keys: KeySet | undefined; // undefined until fetched from keysFrom
   #checked = performance.now();
   #generation = 0;
   readonly #verified = new Map<string, Claims>();
 
-  /** @throws ToolServerError when the keys file cannot be read or holds no usable key, or the audience is empty. */
+  /**
+   * @throws ToolServerError when the keys file cannot be read or holds no usable key, the CA
+   *   file of `keysFrom` cannot be read, not exactly one of `keysFile` and `keysFrom` is given,
+   *   or the audience is empty.
+   */
   constructor(options: IdentityOptions) {
+    if ((options.keysFile === undefined) === (options.keysFrom === undefined)) {
+      throw new ToolServerError("give the identity keys as a file (keysFile) or a sidecar to fetch them from (keysFrom): one of the two");
+    }
+    if (options.keysCa !== undefined && options.keysFrom === undefined) {
+      throw new ToolServerError("keysCa is the CA of keysFrom: it needs keysFrom");
+    }
     if (!options.audience) {
       throw new ToolServerError("the identity audience is required: this server's name in the sidecar's configuration (tool_servers[].name)");
     }
@@ -97,8 +130,31 @@ export class IdentityVerifier {
     this.#file = options.keysFile;
     this.#clock = options.clock ?? (() => Date.now() / 1000);
     this.#log = options.log;
-    this.#watch = new FileWatch(options.keysFile);
-    this.#keys = loadKeys(options.keysFile);
+    if (options.keysFile !== undefined) {
+      this.#watch = new FileWatch(options.keysFile);
+      this.#keys = loadKeys(options.keysFile);
+      return;
+    }
+    const seconds = (value: number | undefined) => (value === undefined ? undefined : value * 1000);
+    this.#fetcher = new KeysFetcher({
+      target: options.keysFrom ?? "",
+      caFile: options.keysCa,
+      retryMs: seconds(options.keysRetryAfter),
+      retryMaxMs: seconds(options.keysRetryMax),
+      unknownKidEveryMs: seconds(options.keysUnknownKidEvery),
+      log: options.log,
+      onKeys: (keys) => {
+        this.#keys = keys;
+        this.#verified.clear(); // a key may be gone
+        this.#generation += 1;
+      },
+    });
+    this.#fetcher.start();
+  }
+
+  /** Stops fetching the keys from `keysFrom` (and closes its channel); nothing to stop with a keys file. */
+  close(): void {
+    this.#fetcher?.close();
   }
 
   /**
@@ -127,6 +183,12 @@ export class IdentityVerifier {
 
   async #claims(token: string): Promise<Claims> {
     this.#reread();
+    if (this.#keys === undefined) {
+      throw new IdentityRefused(
+        `the identity keys are not fetched yet from ${this.#fetcher?.target ?? "the sidecar"}: ` +
+          "no assertion verifies until they are, and this server keeps asking",
+      );
+    }
     const now = this.#clock();
     const cached = this.#verified.get(token);
     if (cached !== undefined) {
@@ -172,8 +234,15 @@ export class IdentityVerifier {
         "the identity assertion's header is refused: it has b64 (RFC 7797's unencoded payloads are not taken)",
       );
     }
-    const key = keyFor(this.#keys, kid);
+    const key = this.#keys === undefined ? undefined : keyFor(this.#keys, kid);
     if (key === undefined) {
+      if (this.#fetcher !== undefined) {
+        this.#fetcher.refreshSoon(); // a rotation this server has not heard of yet?
+        throw new IdentityRefused(
+          `the identity assertion is signed by a key this server does not know (kid ${shown(kid)}): ` +
+            `it asks ${this.#fetcher.target} for the keys again`,
+        );
+      }
       throw new IdentityRefused(
         `the identity assertion is signed by a key this server does not know (kid ${shown(kid)}): ` +
           "give it the sidecar's current JWKS",
@@ -233,6 +302,7 @@ export class IdentityVerifier {
   }
 
   #reread(): void {
+    if (this.#watch === undefined || this.#file === undefined) return;
     const now = performance.now();
     if (now - this.#checked < REREAD_EVERY_MS) return;
     this.#checked = now;

@@ -2,15 +2,13 @@
 // the shared vectors (tests/security/identity-vectors.json), the verifier's keys, cache and
 // reloads, the flags, and a server process that requires a verified identity.
 import assert from "node:assert/strict";
-import { generateKeyPairSync, type KeyObject, randomUUID } from "node:crypto";
+import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 
 import * as grpc from "@grpc/grpc-js";
-import { exportJWK, SignJWT } from "jose";
-
 import {
   type CallerIdentity,
   IdentityRefused,
@@ -21,7 +19,7 @@ import {
   ToolServer,
 } from "@agent-sidecar/toolserver";
 
-import { REPO_ROOT, serving, startFixture, statusOf, Tools, within } from "./support.js";
+import { assertion, metadataOf, REPO_ROOT, serving, sidecarKey, startFixture, statusOf, Tools, within } from "./support.js";
 
 interface Vectors {
   now: number;
@@ -47,14 +45,6 @@ function file(name: string, content: string): string {
   const where = path.join(DIR, name);
   writeFileSync(where, content);
   return where;
-}
-
-/** Metadata as a sidecar sends it: `-bin` entries as their UTF-8 bytes. */
-function metadataOf(entries: readonly (readonly [string, string])[], token?: string | null): grpc.Metadata {
-  const metadata = new grpc.Metadata();
-  for (const [key, value] of entries) metadata.add(key, key.endsWith("-bin") ? Buffer.from(value, "utf8") : value);
-  if (token) metadata.add("x-agent-identity", token);
-  return metadata;
 }
 
 function plain(identity: CallerIdentity) {
@@ -152,27 +142,6 @@ test("malformed identity metadata: a repeated key, labels that are no object of 
     assert.throws(() => plainIdentity(metadataOf([["x-agent-labels-bin", labels]]), "c1"), MalformedIdentity, labels);
   }
 });
-
-/** A key pair of the sidecar's kind, and its JWKS entry. */
-async function sidecarKey(kid: string = randomUUID()): Promise<{ privateKey: KeyObject; publicKey: KeyObject; jwk: object; kid: string }> {
-  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-  return { privateKey, publicKey, jwk: { ...(await exportJWK(publicKey)), kid, alg: "EdDSA", use: "sig" }, kid };
-}
-
-/** An assertion as the sidecar signs one: iat now, exp in 5 minutes. */
-function assertion(
-  key: { privateKey: KeyObject; kid?: string },
-  { audience = "orders", now = Math.floor(Date.now() / 1000), sub = "alice" }: { audience?: string; now?: number; sub?: string } = {},
-): Promise<string> {
-  return new SignJWT({ sid: "s-1", run_id: "r-1", labels: { tenant: "acme" }, jti: randomUUID() })
-    .setProtectedHeader({ alg: "EdDSA", typ: "JWT", ...(key.kid === undefined ? {} : { kid: key.kid }) })
-    .setIssuer("agent-sidecar")
-    .setSubject(sub)
-    .setAudience(audience)
-    .setIssuedAt(now)
-    .setExpirationTime(now + 300)
-    .sign(key.privateKey);
-}
 
 async function refusal(promise: Promise<unknown>): Promise<string> {
   try {

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { type ChildProcessWithoutNullStreams, execFileSync, spawn } from "node:child_process";
+import { generateKeyPairSync, type KeyObject, randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
 import { protoPath as healthProtoPath } from "grpc-health-check";
+import { exportJWK, SignJWT } from "jose";
 
 import { type RunningServer, ToolServer, type ServeOptions } from "@agent-sidecar/toolserver";
 
@@ -178,4 +180,33 @@ export function certificates(): { ca: string; server: { cert: string; key: strin
     "print(json.dumps({'ca': ca.ca_file, 'server': {'cert': server.cert_file, 'key': server.key_file}, 'client': {'cert': client.cert_file, 'key': client.key_file}}))",
   ].join("\n");
   return JSON.parse(execFileSync(python, ["-c", script, dir], { cwd: REPO_ROOT, encoding: "utf8" }));
+}
+
+/** Metadata as a sidecar sends it: `-bin` entries as their UTF-8 bytes. */
+export function metadataOf(entries: readonly (readonly [string, string])[], token?: string | null): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  for (const [key, value] of entries) metadata.add(key, key.endsWith("-bin") ? Buffer.from(value, "utf8") : value);
+  if (token) metadata.add("x-agent-identity", token);
+  return metadata;
+}
+
+/** A key pair of the sidecar's kind, and its JWKS entry. */
+export async function sidecarKey(kid: string = randomUUID()): Promise<{ privateKey: KeyObject; publicKey: KeyObject; jwk: object; kid: string }> {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  return { privateKey, publicKey, jwk: { ...(await exportJWK(publicKey)), kid, alg: "EdDSA", use: "sig" }, kid };
+}
+
+/** An assertion as the sidecar signs one: iat now, exp in 5 minutes. */
+export function assertion(
+  key: { privateKey: KeyObject; kid?: string },
+  { audience = "orders", now = Math.floor(Date.now() / 1000), sub = "alice" }: { audience?: string; now?: number; sub?: string } = {},
+): Promise<string> {
+  return new SignJWT({ sid: "s-1", run_id: "r-1", labels: { tenant: "acme" }, jti: randomUUID() })
+    .setProtectedHeader({ alg: "EdDSA", typ: "JWT", ...(key.kid === undefined ? {} : { kid: key.kid }) })
+    .setIssuer("agent-sidecar")
+    .setSubject(sub)
+    .setAudience(audience)
+    .setIssuedAt(now)
+    .setExpirationTime(now + 300)
+    .sign(key.privateKey);
 }
