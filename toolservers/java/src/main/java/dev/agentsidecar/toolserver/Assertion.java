@@ -97,7 +97,8 @@ final class Assertion {
     IdentityKeys.Key key = keys.find(kid != null && kid.isTextual() ? kid.textValue() : null);
     if (key == null) {
       throw new IdentityRefused("the identity assertion is signed by a key this server does not know (kid "
-          + (kid == null ? "none" : clip(kid.toString())) + "): give it the sidecar's current JWKS");
+          + (kid == null ? "none" : clip(kid.toString())) + "): give it the sidecar's current JWKS",
+          kid != null && kid.isTextual() ? kid.textValue() : null);
     }
     // 5. header and key: the key's own algorithm only, whatever the header claims.
     if (!key.algorithm().equals(alg.textValue())) {

@@ -98,6 +98,39 @@ final class IdentityKeys {
       }
       return new IdentityKeys(Map.of(), key);
     }
+    IdentityKeys keys = jwks(text, json);
+    if (keys == null) {
+      throw new IllegalArgumentException(file + " is neither a JWKS (a JSON object with \"keys\") nor a PEM key");
+    }
+    if (keys.size() == 0) {
+      throw unusable;
+    }
+    return keys;
+  }
+
+  /**
+   * Parses a JWKS fetched from {@code source} (a sidecar's IdentityKeysService), as a keys
+   * file's JWKS is parsed.
+   *
+   * @throws IllegalArgumentException it is no JWKS, or holds no key the sidecar signs with
+   */
+  static IdentityKeys fromJwks(String text, String source, ObjectMapper json) {
+    IdentityKeys keys = jwks(text == null ? "" : text.strip(), json);
+    if (keys == null) {
+      throw new IllegalArgumentException("the identity keys from " + source + " are not a JWKS (a JSON object with \"keys\")");
+    }
+    if (keys.size() == 0) {
+      throw new IllegalArgumentException("the identity keys from " + source + " hold no usable key: an Ed25519 (EdDSA) "
+          + "or ECDSA P-256 (ES256) JWK with a kid");
+    }
+    return keys;
+  }
+
+  /**
+   * The keys of a JWKS, by kid: the Ed25519 and P-256 entries with a string kid, others skipped
+   * (none may be left); null when {@code text} is no JSON object with "keys".
+   */
+  private static IdentityKeys jwks(String text, ObjectMapper json) {
     JsonNode keys;
     try {
       keys = json.readTree(text).get("keys");
@@ -105,7 +138,7 @@ final class IdentityKeys {
       keys = null;
     }
     if (keys == null) {
-      throw new IllegalArgumentException(file + " is neither a JWKS (a JSON object with \"keys\") nor a PEM key");
+      return null;
     }
     Map<String, Key> found = new LinkedHashMap<>();
     for (JsonNode jwk : keys.isArray() ? keys : json.createArrayNode()) {
@@ -113,9 +146,6 @@ final class IdentityKeys {
       if (key != null) {
         found.put(jwk.get("kid").textValue(), key);
       }
-    }
-    if (found.isEmpty()) {
-      throw unusable;
     }
     return new IdentityKeys(found, null);
   }

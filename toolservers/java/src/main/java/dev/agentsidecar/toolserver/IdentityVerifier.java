@@ -16,8 +16,9 @@ import java.util.logging.Logger;
 
 /**
  * Verifies the identity assertion of each call before its tool runs ({@link
- * ServeOptions#identityKeysFile()}): the assertion by the rule ({@link Assertion}), then that
- * every identity entry of the plain metadata agrees with its claims (step 12), so that a handler
+ * ServeOptions#identityKeysFile()} or {@link ServeOptions#identityKeysFrom()}): the assertion by
+ * the rule ({@link Assertion}), then that every identity entry of the plain metadata agrees with
+ * its claims (step 12), so that a handler
  * reading {@link ToolContext#identity()} cannot be told one thing by the signature and another by
  * the metadata beside it.
  *
@@ -25,14 +26,18 @@ import java.util.logging.Logger;
  * {@value #CACHE_SIZE}, the least recently used forgotten first) and a run's later calls cost a
  * lookup; its expiry is still checked on every call. The keys file is checked for a change at
  * most once a second, on calls: a rotation takes effect within a second and forgets what was
- * verified, while a file that does not load (half written) keeps the keys in use.
+ * verified, while a file that does not load (half written) keeps the keys in use. Keys fetched
+ * from a sidecar ({@link IdentityKeysFetcher}) arrive in the background: until the first answer a
+ * call carrying an assertion is refused, new keys forget what was verified, and an assertion
+ * naming a kid the keys lack asks the fetcher to fetch again soon.
  */
 final class IdentityVerifier {
   private static final Logger LOG = Logger.getLogger("dev.agentsidecar.toolserver");
   static final int CACHE_SIZE = 1024;
   private static final long REREAD_NANOS = 1_000_000_000L;
 
-  private final Path file;
+  private final Path file; // null: the keys come from fetcher
+  private final IdentityKeysFetcher fetcher; // null: the keys come from file
   private final String audience;
   private final String issuer;
   private final boolean required;
@@ -40,7 +45,8 @@ final class IdentityVerifier {
   private final Clock clock;
   private final ObjectMapper json;
 
-  // Guarded by this: the keys, what the file looked like when read, and the verified assertions.
+  // Guarded by this: the keys (null until fetched), what the file looked like when read, and the
+  // verified assertions.
   private IdentityKeys keys;
   private FileState seen;
   private long checked;
@@ -55,20 +61,53 @@ final class IdentityVerifier {
    * @throws IllegalArgumentException the keys file cannot be read or holds no usable key
    */
   IdentityVerifier(Path file, String audience, String issuer, boolean required, Duration leeway, Clock clock, ObjectMapper json) {
+    this(file, null, audience, issuer, required, leeway, clock, json);
+  }
+
+  /** A verifier with the keys {@code fetcher} fetches (it starts it; {@link #close} stops it). */
+  IdentityVerifier(IdentityKeysFetcher fetcher, String audience, String issuer, boolean required, Duration leeway, Clock clock,
+      ObjectMapper json) {
+    this(null, Objects.requireNonNull(fetcher, "fetcher"), audience, issuer, required, leeway, clock, json);
+  }
+
+  private IdentityVerifier(Path file, IdentityKeysFetcher fetcher, String audience, String issuer, boolean required,
+      Duration leeway, Clock clock, ObjectMapper json) {
     this.file = file;
+    this.fetcher = fetcher;
     this.audience = Objects.requireNonNull(audience, "audience");
     this.issuer = Objects.requireNonNull(issuer, "issuer");
     this.required = required;
     this.leeway = Objects.requireNonNull(leeway, "leeway");
     this.clock = clock;
     this.json = json;
-    this.seen = FileState.of(file);
-    this.keys = IdentityKeys.load(file, json);
-    this.checked = System.nanoTime();
+    if (fetcher == null) {
+      this.seen = FileState.of(file);
+      this.keys = IdentityKeys.load(file, json);
+      this.checked = System.nanoTime();
+    } else {
+      fetcher.start();
+    }
+  }
+
+  /** Stops fetching the keys, if they are fetched. */
+  void close() {
+    if (fetcher != null) {
+      fetcher.close();
+    }
   }
 
   /** The verifier {@code options} configure; null when they configure none. */
-  static IdentityVerifier of(ServeOptions options, ObjectMapper json) {
+  static IdentityVerifier of(ServeOptions options, ObjectMapper json, IdentityKeysFetcher.Timing timing) {
+    if (options.identityKeysFrom() != null) {
+      IdentityKeysFetcher fetcher;
+      try {
+        fetcher = new IdentityKeysFetcher(options.identityKeysFrom(), options.identityKeysCa(), json, timing);
+      } catch (IllegalArgumentException e) {
+        throw new ToolServerException(e.getMessage(), e);
+      }
+      return new IdentityVerifier(fetcher, options.identityAudience(), options.identityIssuer(),
+          options.identityRequired(), options.identityLeeway(), Clock.systemUTC(), json);
+    }
     if (options.identityKeysFile() == null) {
       return null;
     }
@@ -113,9 +152,18 @@ final class IdentityVerifier {
     IdentityKeys current;
     Assertion cached;
     synchronized (this) {
-      reread();
+      if (fetcher == null) {
+        reread();
+      } else {
+        fetched();
+      }
       current = keys;
       cached = verified.get(token);
+    }
+    if (current == null) {
+      String why = fetcher.lastError();
+      throw new IdentityRefused("the identity keys are not fetched yet from " + fetcher.target()
+          + " (the sidecar's IdentityKeysService; " + (why == null ? "no answer yet" : "last try: " + why) + ")");
     }
     Instant now = clock.instant();
     if (cached != null) {
@@ -123,7 +171,15 @@ final class IdentityVerifier {
       return cached;
     }
     // Verified outside the lock: a signature check should not queue every other call.
-    Assertion fresh = Assertion.verify(token, current, issuer, audience, leeway, now);
+    Assertion fresh;
+    try {
+      fresh = Assertion.verify(token, current, issuer, audience, leeway, now);
+    } catch (IdentityRefused refused) {
+      if (refused.unknownKid != null && fetcher != null) {
+        fetcher.unknownKid(refused.unknownKid); // a rotation the fetched keys may not show yet
+      }
+      throw refused;
+    }
     synchronized (this) {
       if (keys == current) { // not verified with keys a rotation just dropped
         verified.put(token, fresh);
@@ -162,6 +218,15 @@ final class IdentityVerifier {
 
   private static IdentityRefused malformed(IdentityMetadata.Malformed e) {
     return new IdentityRefused("the call's identity metadata is malformed: " + e.getMessage());
+  }
+
+  /** Takes the fetcher's latest keys; new ones forget what was verified. Called holding this. */
+  private void fetched() {
+    IdentityKeys latest = fetcher.keys();
+    if (latest != keys) {
+      keys = latest;
+      verified.clear(); // a key may be gone
+    }
   }
 
   /** Loads the keys again when the file changed (a rotation). Called holding this. */

@@ -69,6 +69,7 @@ public final class ToolServer {
           .build();
   private final List<RegisteredTool> tools = new ArrayList<>();
   private boolean serving;
+  private IdentityKeysFetcher.Timing keysTiming = IdentityKeysFetcher.Timing.DEFAULT;
 
   /** A server called {@code name} (for its logs); tools declare their own versions or none. */
   public ToolServer(String name) {
@@ -118,6 +119,12 @@ public final class ToolServer {
     return this;
   }
 
+  /** The intervals of fetching the identity keys from a sidecar: shorter ones for a test. */
+  synchronized ToolServer keysTiming(IdentityKeysFetcher.Timing timing) {
+    this.keysTiming = timing;
+    return this;
+  }
+
   /** The registered tools' names, in registration order. */
   public synchronized List<String> toolNames() {
     return tools.stream().map(t -> t.name).toList();
@@ -127,22 +134,38 @@ public final class ToolServer {
    * Listens as {@code options} say and serves until {@link Running#drain} or {@link
    * Running#stop}; returns once accepting connections.
    *
-   * @throws ToolServerException when the address cannot be bound, or the TLS files or the identity
-   *     keys cannot be read
+   * @throws ToolServerException when the address cannot be bound, or the TLS files, the identity
+   *     keys or the CA file to fetch them with cannot be read
    */
   public Running start(ServeOptions options) {
     List<RegisteredTool> frozen;
+    IdentityKeysFetcher.Timing timing;
     synchronized (this) {
       serving = true;
       frozen = List.copyOf(tools);
+      timing = keysTiming;
     }
-    IdentityVerifier identity = IdentityVerifier.of(options, json); // the keys file read before anything starts
+    ScheduledExecutorService refresher = Executors.newSingleThreadScheduledExecutor(daemon(name + "-tls"));
+    ServerCredentials credentials;
+    try {
+      credentials = credentials(options, refresher);
+    } catch (RuntimeException e) {
+      refresher.shutdownNow();
+      throw e;
+    }
+    // The keys file read before anything starts; keys from a sidecar fetched from now on, in the background.
+    IdentityVerifier identity;
+    try {
+      identity = IdentityVerifier.of(options, json, timing);
+    } catch (RuntimeException e) {
+      refresher.shutdownNow();
+      throw e;
+    }
     ExecutorService executor = Executors.newCachedThreadPool(daemon(name + "-tool"));
     ToolService service = new ToolService(frozen, executor, json, identity);
     HealthStatusManager health = new HealthStatusManager();
-    ScheduledExecutorService refresher = Executors.newSingleThreadScheduledExecutor(daemon(name + "-tls"));
     NettyServerBuilder builder =
-        NettyServerBuilder.forAddress(new InetSocketAddress(options.host(), options.port()), credentials(options, refresher))
+        NettyServerBuilder.forAddress(new InetSocketAddress(options.host(), options.port()), credentials)
             .permitKeepAliveTime(10, TimeUnit.SECONDS)
             .permitKeepAliveWithoutCalls(true)
             .addService(ServerInterceptors.intercept(service, new TokenCheck(options.token())))
@@ -155,6 +178,9 @@ public final class ToolServer {
     } catch (IOException e) {
       executor.shutdownNow();
       refresher.shutdownNow();
+      if (identity != null) {
+        identity.close();
+      }
       throw new ToolServerException("cannot listen on " + options.host() + ":" + options.port() + ": " + e.getMessage(), e);
     }
     health.setStatus("", io.grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING);
@@ -162,7 +188,7 @@ public final class ToolServer {
     String host = options.host().contains(":") ? "[" + options.host() + "]" : options.host();
     String address = host + ":" + server.getPort();
     LOG.info(name + ": serving " + frozen.size() + " tools on " + address);
-    return new Running(address, server, service, health, executor, refresher, options.grace());
+    return new Running(address, server, service, health, executor, refresher, identity, options.grace());
   }
 
   /**
@@ -203,7 +229,8 @@ public final class ToolServer {
   /**
    * A tool server's whole main: reads {@code --host}, {@code --port}, {@code --grace}, {@code
    * --tls-cert}, {@code --tls-key}, {@code --tls-client-ca}, {@code --token-env} or {@code
-   * --token-file}, {@code --identity-keys}, {@code --identity-audience}, {@code
+   * --token-file}, {@code --identity-keys} or {@code --identity-keys-from} (with {@code
+   * --identity-keys-ca}), {@code --identity-audience}, {@code
    * --identity-issuer}, {@code --require-identity} and {@code --identity-leeway}, serves until
    * SIGTERM, drains and exits 0; exits 2 on a bad flag, 1 when it cannot serve.
    */
@@ -271,16 +298,18 @@ public final class ToolServer {
     private final HealthStatusManager health;
     private final ExecutorService executor;
     private final ScheduledExecutorService refresher;
+    private final IdentityVerifier identity; // null: none
     private final Duration grace;
 
     Running(String address, Server server, ToolService service, HealthStatusManager health,
-        ExecutorService executor, ScheduledExecutorService refresher, Duration grace) {
+        ExecutorService executor, ScheduledExecutorService refresher, IdentityVerifier identity, Duration grace) {
       this.address = address;
       this.server = server;
       this.service = service;
       this.health = health;
       this.executor = executor;
       this.refresher = refresher;
+      this.identity = identity;
       this.grace = grace;
     }
 
@@ -330,7 +359,14 @@ public final class ToolServer {
       server.awaitTermination(5, TimeUnit.SECONDS);
       executor.shutdownNow();
       refresher.shutdownNow();
+      closeIdentity();
       LOG.info("stopped");
+    }
+
+    private void closeIdentity() {
+      if (identity != null) {
+        identity.close(); // stops fetching the keys
+      }
     }
 
     /** Stops at once: running calls are cancelled and their threads interrupted. */
@@ -338,6 +374,7 @@ public final class ToolServer {
       server.shutdownNow();
       executor.shutdownNow();
       refresher.shutdownNow();
+      closeIdentity();
       try {
         server.awaitTermination(5, TimeUnit.SECONDS);
       } catch (InterruptedException e) {

@@ -24,6 +24,11 @@ public final class FixtureServer {
     return "pong";
   }
 
+  @Tool(name = "whoami", description = "Answer who the call serves and whether it was verified.")
+  public String whoami(ToolContext context) {
+    return context.identity().principal() + " " + context.identity().verified();
+  }
+
   public static void main(String[] args) {
     Thread stdin = new Thread(() -> {
       try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {

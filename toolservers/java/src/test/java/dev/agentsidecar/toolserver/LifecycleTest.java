@@ -40,7 +40,7 @@ class LifecycleTest {
   }
 
   /** A CA, a server and a client certificate, made by the repository's Python test helpers. */
-  private static JsonNode certificates() throws Exception {
+  static JsonNode certificates() throws Exception {
     Path dir = Files.createTempDirectory("toolserver-tls");
     String script = String.join("\n",
         "import json, sys, pathlib",
