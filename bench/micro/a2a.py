@@ -99,7 +99,7 @@ def _turns(ours: AgentClient, theirs: Client) -> dict[str, Turn]:
         request = a2a_pb2.SendMessageRequest(message=message)
         responses = [r async for r in theirs.send_message(request)]
         task = responses[-1].task
-        if task.status.state != a2a_pb2.TASK_STATE_COMPLETED or task.metadata["tool_calls"] != 3:
+        if task.status.state != a2a_pb2.TASK_STATE_COMPLETED or task.metadata["toolCalls"] != 3:
             raise RuntimeError(f"unexpected task: {task}")
 
     return {"agentservice": agentservice, "a2a": a2a}
