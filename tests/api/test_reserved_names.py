@@ -465,7 +465,11 @@ def clashes(files: list[descriptor_pb2.FileDescriptorProto]) -> list[Clash]:
 
 def test_no_name_in_the_protos_clashes_with_generated_code(tmp_path: Path) -> None:
     files = build(ROOT / "protos", tmp_path)
-    assert {f.name for f in files} == {"agentsidecar/v1/agent.proto", "agentsidecar/v1/tool.proto"}
+    assert {f.name for f in files} == {
+        "agentsidecar/v1/agent.proto",
+        "agentsidecar/v1/identity.proto",
+        "agentsidecar/v1/tool.proto",
+    }
     assert [str(c) for c in clashes(files)] == []
 
 
