@@ -1881,7 +1881,7 @@ def _keys_at(loc: Sequence[int | str]) -> list[str]:
     for part in loc:
         inner: list[Any] = []
         for kind in _unwrapped(kinds):
-            if isinstance(part, int) or _is_mapping(kind):
+            if isinstance(part, int) or _is_collection(kind):
                 inner.extend(typing.get_args(kind)[-1:])  # a list's items, a dict's values
             elif isinstance(kind, type) and issubclass(kind, BaseModel):
                 field = kind.model_fields.get(part)
@@ -1906,7 +1906,8 @@ def _unwrapped(kinds: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _is_mapping(kind: Any) -> bool:
+def _is_collection(kind: Any) -> bool:
+    """A list, tuple or mapping type: its part of a key's path is an index or a name."""
     origin = typing.get_origin(kind)
     return origin in (list, tuple, dict) or (origin is not None and issubclass(origin, Mapping))
 

@@ -424,8 +424,8 @@ def _load_keys(path: str) -> dict[str | None, Any]:
     return parse_keys(data, path)
 
 
-def parse_keys(data: bytes, path: str) -> dict[str | None, Any]:
-    """The keys of a JWKS (by ``kid``) or of a PEM public key (under None); ``path`` says
+def parse_keys(data: bytes, where: str) -> dict[str | None, Any]:
+    """The keys of a JWKS (by ``kid``) or of a PEM public key (under None); ``where`` says
     where they came from, in errors.
 
     Raises:
@@ -437,7 +437,7 @@ def parse_keys(data: bytes, path: str) -> dict[str | None, Any]:
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
     unusable = ValueError(
-        f"{path} holds no usable key: an Ed25519 (EdDSA) or ECDSA P-256 (ES256) public key "
+        f"{where} holds no usable key: an Ed25519 (EdDSA) or ECDSA P-256 (ES256) public key "
         "as PEM, or a JWKS as 'agent-sidecar identity jwks' prints it (each key with a kid)"
     )
     if data.lstrip().startswith(b"-----BEGIN"):
@@ -456,7 +456,7 @@ def parse_keys(data: bytes, path: str) -> dict[str | None, Any]:
         keys = json.loads(data)["keys"]
     except (ValueError, KeyError, TypeError):
         raise ValueError(
-            f"{path} is neither a JWKS (a JSON object with 'keys') nor a PEM key"
+            f"{where} is neither a JWKS (a JSON object with 'keys') nor a PEM key"
         ) from None
     found: dict[str | None, Any] = {}
     for entry in keys if isinstance(keys, list) else ():

@@ -39,7 +39,6 @@ from agentsidecar.serving import (
 )
 from agentsidecar.v1 import agent_pb2
 from sidecar.agent.runtime import Runtime
-from sidecar.api.identity_keys import SERVICE_NAME as IDENTITY_KEYS_SERVICE
 from sidecar.api.identity_keys import IdentityKeysServicer
 from sidecar.api.run_codec import GrpcRunCodec
 from sidecar.api.service import AgentServicer, add_to_server
@@ -85,8 +84,8 @@ _REFUSALS_QUIET = 0.25
 
 
 class GrpcService(Protocol):
-    """Another front's service served on the same port (the A2A front's), behind the same
-    TLS; it authenticates its calls itself, by the same principals."""
+    """Another service served on the same port (the A2A front's, the identity keys),
+    behind the same TLS; it authenticates its calls itself, if at all."""
 
     @property
     def service_name(self) -> str:
@@ -108,13 +107,11 @@ class GrpcFront:
 
     def __init__(self, runtime: Runtime, services: Sequence[GrpcService] = ()) -> None:
         self._runtime = runtime
-        self._services = tuple(services)
-        self._names = (
-            "",
-            SERVICE_NAME,
-            *(s.service_name for s in self._services),
-            IDENTITY_KEYS_SERVICE,
-        )
+        # The identity keys, whether or not the sidecar signs (it says so): a reload may
+        # turn signing on.
+        keys = IdentityKeysServicer(lambda: runtime.snapshot.tool_identity)
+        self._services = (*services, keys)
+        self._names = ("", SERVICE_NAME, *(s.service_name for s in self._services))
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -151,9 +148,6 @@ class GrpcFront:
         add_to_server(servicer, server)
         for service in self._services:
             service.register(server)
-        # Served whether or not the sidecar signs (it says so): a reload may turn it on.
-        keys = IdentityKeysServicer(lambda: runtime.snapshot.tool_identity)
-        keys.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if config.reflection:
             enable_reflection(server, (*self._names[1:], health.SERVICE_NAME))
