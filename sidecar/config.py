@@ -1373,6 +1373,9 @@ class PrincipalConfig(_Strict):
     """Profiles it may create sessions under and run; unset: every profile."""
     quota: QuotaConfig = QuotaConfig()
     """What it may use."""
+    operator: bool = False
+    """Whether it may change the variants of the profiles it may use (``agent-sidecar
+    variants``, ``VariantService``)."""
     callback_secret_env: str | None = None
     """Environment variable holding the secret its background runs' completion callbacks
     are signed with (HMAC-SHA256); without one (or ``callback_secret_file``) its runs may

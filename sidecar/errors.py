@@ -71,6 +71,7 @@ __all__ = [
     "ModelError",
     "ModelRequestRejected",
     "ModelUnavailable",
+    "NotAnOperator",
     "Overloaded",
     "PermissionDenied",
     "ProfileNotFound",
@@ -212,6 +213,15 @@ class PermissionDenied(RequestError):
     def __init__(self, principal: str, profile: str) -> None:
         super().__init__(f"principal {principal!r} may not use profile {profile!r}")
         self.resource = ("agentsidecar.v1.Profile", profile)
+
+
+class NotAnOperator(PermissionDenied):
+    """The principal may not change the sidecar's operation (``auth.principals[].operator``)."""
+
+    def __init__(self, principal: str) -> None:
+        RequestError.__init__(
+            self, f"principal {principal!r} is not an operator (auth.principals[].operator)"
+        )
 
 
 class SessionNotFound(RequestError):

@@ -36,6 +36,7 @@ from sidecar.agent.models import ModelRoster
 from sidecar.agent.profiles import LightPath, Profile, build_profiles
 from sidecar.agent.recorder import Recorder
 from sidecar.agent.snapshot import Snapshot
+from sidecar.agent.variant_control import VariantControl
 from sidecar.agent.variants import RunModels
 from sidecar.config import SidecarConfig, ToolServerConfig, dsn_password
 from sidecar.context.assembler import ContextAssembler
@@ -226,6 +227,8 @@ class Runtime:
         self._config = config
         self._snapshot: Snapshot | None = None
         self.store: SessionStore | None = None
+        self.variants: VariantControl | None = None
+        """The operator's hand on the profiles' variants."""
         self.results: ResultCache | None = None
         self.memory: MemoryKeeper | None = None
         self._shared_results: PostgresSharedResults | None = None
@@ -284,6 +287,13 @@ class Runtime:
         )
         await store.open()
         self.store = store
+        self.variants = VariantControl(
+            store,
+            lambda: (self.snapshot.routers, self._config),
+            self.audit,
+            self.telemetry.variant_state,
+        )
+        await self.variants.load()
         shared = None
         if config.cache.shared:
             from sidecar.sessions.postgres import PostgresSessionStore
@@ -316,6 +326,7 @@ class Runtime:
                 replay=config.replay,
             )
         self._snapshot = self._build_snapshot(config, previous=None)
+        self.variants.start()
         self._agent = Agent(
             loop,
             store,
@@ -389,6 +400,8 @@ class Runtime:
             await self.results.close()
         if self._shared_results is not None:
             await self._shared_results.close()
+        if self.variants is not None:
+            await self.variants.stop()
         if self.store is not None:
             await self.store.close()
         for connection in self.connections.values():
@@ -452,6 +465,8 @@ class Runtime:
             on_rollback=self._rolled_back,
             on_state=self.telemetry.variant_state,
         )
+        if self.variants is not None:
+            self.variants.apply(routers, config)  # the operators' changes over the file
         authenticator = Authenticator(config.auth, self._environ)
         if (
             previous is not None

@@ -24,7 +24,10 @@ turn) when it is worse than the stable variant by more than noise, on either cou
 
 Both a relative and an absolute threshold, and a test of significance: an identical twin
 is not rolled back for "4 ms against 2 ms". A rollback is logged, audited and counted; it
-lasts until the configuration is reloaded (promotion and rollback are config changes).
+lasts until the configuration is reloaded, or an operator puts the canary back.
+
+An operator's change (``sidecar.agent.variant_control``) sets weights over the configured
+ones and takes canaries out by hand: :meth:`VariantRouter.override`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,16 +91,37 @@ class Variant:
     models: RunModels
     system_message: dict[str, Any]
     rolled_back: str | None = None
-    """Why it was taken out of rotation, once it was."""
+    """Why it was rolled back automatically, once it was."""
+    held_back: str | None = None
+    """Why an operator took it out of rotation, while they do."""
     samples: deque[_Sample] = field(default_factory=deque)
     unjudged: int = 0
     """Runs recorded since the canary was last judged."""
     shadow: float | None = None
     """A shadow variant: the share of live turns it runs a copy of; it takes no sessions."""
+    configured_weight: float = -1.0
+    """Its weight in the configuration (``weight`` is the one in force)."""
+
+    def __post_init__(self) -> None:
+        if self.configured_weight < 0:
+            self.configured_weight = self.weight
+
+    @property
+    def out(self) -> str | None:
+        """Why it takes no session at all (rolled back, by the router or an operator)."""
+        return self.held_back or self.rolled_back
 
     @property
     def in_rotation(self) -> bool:
-        return self.rolled_back is None and self.weight > 0 and self.shadow is None
+        return self.out is None and self.weight > 0 and self.shadow is None
+
+    def figures(self) -> tuple[int, int, float | None, float | None]:
+        """Its runs over the window: how many, how many failed, median and P95 seconds."""
+        durations = sorted(s.duration for s in self.samples)
+        if not durations:
+            return 0, 0, None, None
+        failed = sum(s.failed for s in self.samples)
+        return len(durations), failed, durations[len(durations) // 2], _p95(durations)
 
 
 RollbackListener = Callable[[str, str, str], None]
@@ -140,7 +164,7 @@ class VariantRouter:
         pick by weight among those in rotation (the stable one when none is)."""
         if pinned is not None:
             variant = self.variants.get(pinned)
-            if variant is not None and variant.rolled_back is None and variant.shadow is None:
+            if variant is not None and variant.out is None and variant.shadow is None:
                 return variant
         candidates = [v for v in self.variants.values() if v.in_rotation]
         if not candidates:
@@ -154,6 +178,31 @@ class VariantRouter:
                 return variant
         return candidates[-1]
 
+    @property
+    def window(self) -> float:
+        return self._rollback.window
+
+    def share(self, variant: Variant) -> float:
+        """The share of new sessions ``variant`` takes now."""
+        candidates = [v for v in self.variants.values() if v.in_rotation]
+        if not candidates:
+            return 1.0 if variant is self.stable else 0.0
+        return variant.weight / sum(v.weight for v in candidates) if variant.in_rotation else 0.0
+
+    def override(
+        self, weights: Mapping[str, float], held_back: Mapping[str, str], reinstated: Set[str]
+    ) -> None:
+        """Apply an operator's change over the configuration: ``weights`` replace the
+        configured ones (the variants it does not name keep theirs), the variants in
+        ``held_back`` are out of rotation for the reason given, and those in
+        ``reinstated`` are no longer rolled back. Empty arguments: the configuration's."""
+        for name, variant in self.variants.items():
+            variant.weight = weights.get(name, variant.configured_weight)
+            variant.held_back = held_back.get(name)
+            if name in reinstated:
+                variant.rolled_back = None
+                variant.samples.clear()  # judged afresh from here
+
     def record(self, name: str, duration: float, failed: bool) -> None:
         """A run of variant ``name`` ended after ``duration`` seconds; judge its canary."""
         variant = self.variants.get(name)
@@ -162,7 +211,7 @@ class VariantRouter:
         now = time.monotonic()
         variant.samples.append(_Sample(now, duration, failed))
         self._forget(variant, now)
-        if variant is not self.stable and variant.rolled_back is None and self._rollback.enabled:
+        if variant is not self.stable and variant.out is None and self._rollback.enabled:
             self._forget(self.stable, now)
             # Judged after every run while samples are few, then every n-th run: the
             # latency test sorts both windows, a cost that must not grow with traffic.

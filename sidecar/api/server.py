@@ -42,6 +42,8 @@ from sidecar.agent.runtime import Runtime
 from sidecar.api.identity_keys import IdentityKeysServicer
 from sidecar.api.run_codec import GrpcRunCodec
 from sidecar.api.service import AgentServicer, add_to_server
+from sidecar.api.variants import SERVICE_NAME as VARIANTS_SERVICE
+from sidecar.api.variants import VariantServicer
 from sidecar.errors import StartupError
 from sidecar.security.tls import server_credentials
 
@@ -111,7 +113,12 @@ class GrpcFront:
         # turn signing on.
         keys = IdentityKeysServicer(lambda: runtime.snapshot.tool_identity)
         self._services = (*services, keys)
-        self._names = ("", SERVICE_NAME, *(s.service_name for s in self._services))
+        self._names = (
+            "",
+            SERVICE_NAME,
+            VARIANTS_SERVICE,
+            *(s.service_name for s in self._services),
+        )
         self.health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
@@ -146,6 +153,10 @@ class GrpcFront:
             authenticator=lambda: runtime.snapshot.authenticator,
         )
         add_to_server(servicer, server)
+        assert runtime.variants is not None  # the runtime is started
+        VariantServicer(
+            runtime.variants, runtime.audit, lambda: runtime.snapshot.authenticator
+        ).register(server)
         for service in self._services:
             service.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

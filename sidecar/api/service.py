@@ -3,7 +3,7 @@
 This module only converts. Requests become calls of :class:`~sidecar.agent.agent.Agent`;
 its answers and the loop's events become messages; its errors become statuses through
 the one table in :mod:`sidecar.api.status`. Every handler answers through
-:func:`_answers`, so nothing here picks a status code and no exception text leaks.
+:func:`answers`, so nothing here picks a status code and no exception text leaks.
 
 Every call is authenticated before its bytes are decoded (:func:`add_to_server`): a
 caller without credentials learns nothing of what a request would have done, and the
@@ -16,6 +16,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 import grpc
@@ -56,7 +57,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
 _Handler = Callable[[Any, _Request, grpc.aio.ServicerContext, Principal], Awaitable[_Response]]
 
 
-def _answers(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Response]:
+def answers(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Response]:
     """A unary handler whose errors become statuses with details."""
 
     @functools.wraps(handler)
@@ -87,25 +88,19 @@ def _failed_run(exc: BaseException) -> RunOutcome:
     )
 
 
-class AgentServicer:
-    """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`.
+class AuthenticatedServicer:
+    """A servicer whose calls :func:`add_to_server` authenticates: each handler takes the
+    call's principal after the usual request and context.
 
-    Each handler takes the call's principal after the usual request and context
-    (:func:`add_to_server` authenticates and decodes).
+    Args:
+        audit: Where refusals and failed authentications are recorded.
+        authenticator: The principals of the configuration applied now, read per call;
+            None: every caller is anonymous.
     """
 
-    def __init__(
-        self,
-        agent: Agent,
-        *,
-        stream_buffer_bytes: int = 8 * 1024 * 1024,
-        authenticator: Callable[[], Authenticator] | None = None,
-    ) -> None:
-        self._agent = agent
-        self._runs: set[asyncio.Task[Any]] = set()
-        self._stream_buffer = stream_buffer_bytes
+    def __init__(self, audit: AuditLog, authenticator: Callable[[], Authenticator] | None) -> None:
         self.authenticator = authenticator
-        self.audit: AuditLog = agent.audit
+        self.audit = audit
 
     def audit_refusal(self, principal: Principal, method: str, exc: SidecarError) -> None:
         if self.audit.enabled:
@@ -117,9 +112,25 @@ class AgentServicer:
                 message=exc.message,
             )
 
+
+class AgentServicer(AuthenticatedServicer):
+    """Implements ``agentsidecar.v1.AgentService`` over an :class:`Agent`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        stream_buffer_bytes: int = 8 * 1024 * 1024,
+        authenticator: Callable[[], Authenticator] | None = None,
+    ) -> None:
+        super().__init__(agent.audit, authenticator)
+        self._agent = agent
+        self._runs: set[asyncio.Task[Any]] = set()
+        self._stream_buffer = stream_buffer_bytes
+
     # -- sessions -----------------------------------------------------------------------
 
-    @_answers
+    @answers
     async def CreateSession(
         self,
         request: agent_pb2.CreateSessionRequest,
@@ -131,7 +142,7 @@ class AgentServicer:
         )
         return agent_pb2.CreateSessionResponse(session=convert.session(session))
 
-    @_answers
+    @answers
     async def GetSession(
         self,
         request: agent_pb2.GetSessionRequest,
@@ -147,7 +158,7 @@ class AgentServicer:
             total_turns=page.total_turns,
         )
 
-    @_answers
+    @answers
     async def DeleteSession(
         self,
         request: agent_pb2.DeleteSessionRequest,
@@ -157,7 +168,7 @@ class AgentServicer:
         deleted = await self._agent.delete_session(principal, request.session_id)
         return agent_pb2.DeleteSessionResponse(deleted=deleted)
 
-    @_answers
+    @answers
     async def ListSessionTools(
         self,
         request: agent_pb2.ListSessionToolsRequest,
@@ -169,7 +180,7 @@ class AgentServicer:
             tools=[convert.session_tool(tool, availability) for tool, availability in tools]
         )
 
-    @_answers
+    @answers
     async def ApproveToolCall(
         self,
         request: agent_pb2.ApproveToolCallRequest,
@@ -195,7 +206,7 @@ class AgentServicer:
 
     # -- runs ---------------------------------------------------------------------------
 
-    @_answers
+    @answers
     async def Run(
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext, principal: Principal
     ) -> agent_pb2.RunResponse:
@@ -292,7 +303,7 @@ class AgentServicer:
 
     # -- background runs ----------------------------------------------------------------
 
-    @_answers
+    @answers
     async def StartRun(
         self,
         request: agent_pb2.StartRunRequest,
@@ -313,7 +324,7 @@ class AgentServicer:
         )
         return agent_pb2.StartRunResponse(run=convert.run(run, request.session_id))
 
-    @_answers
+    @answers
     async def GetRun(
         self,
         request: agent_pb2.GetRunRequest,
@@ -324,7 +335,7 @@ class AgentServicer:
         shown = principal.shown(run.session_key)
         return agent_pb2.GetRunResponse(run=convert.run(run, shown, with_result=True))
 
-    @_answers
+    @answers
     async def ListRuns(
         self,
         request: agent_pb2.ListRunsRequest,
@@ -346,7 +357,7 @@ class AgentServicer:
             next_page_token=page.next_page_token,
         )
 
-    @_answers
+    @answers
     async def CancelRun(
         self,
         request: agent_pb2.CancelRunRequest,
@@ -381,8 +392,14 @@ def _raw(data: bytes) -> bytes:
     return data
 
 
-def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
-    """Serve ``servicer`` on ``server``, authenticating each call and decoding its request.
+def add_to_server(
+    servicer: AuthenticatedServicer,
+    server: grpc.aio.Server,
+    module: ModuleType = agent_pb2,
+    service_name: str = "AgentService",
+) -> None:
+    """Serve ``servicer`` (the service ``service_name`` of the generated ``module``) on
+    ``server``, authenticating each call and decoding its request.
 
     The principal is named first, from the call's metadata and TLS peer (a call without
     credentials is UNAUTHENTICATED before its bytes are looked at). Then the raw bytes
@@ -391,11 +408,11 @@ def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
     nothing to act on; here undecodable bytes are INVALID_ARGUMENT with the reason
     MALFORMED_REQUEST, like any other bad request.
     """
-    service = agent_pb2.DESCRIPTOR.services_by_name["AgentService"]
+    service = module.DESCRIPTOR.services_by_name[service_name]
     handlers = {}
     for method in service.methods:
-        request_type = getattr(agent_pb2, method.input_type.name)
-        response_type = getattr(agent_pb2, method.output_type.name)
+        request_type = getattr(module, method.input_type.name)
+        response_type = getattr(module, method.output_type.name)
         implementation = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
@@ -416,7 +433,7 @@ def add_to_server(servicer: AgentServicer, server: grpc.aio.Server) -> None:
 
 
 def _principal(
-    servicer: AgentServicer, method: str, context: grpc.aio.ServicerContext
+    servicer: AuthenticatedServicer, method: str, context: grpc.aio.ServicerContext
 ) -> Principal:
     """The call's principal.
 
@@ -449,7 +466,9 @@ def _decode(request_type: Any, raw: bytes) -> Any:
         raise MalformedRequest(request_type.DESCRIPTOR.full_name) from None
 
 
-def _decoding(servicer: AgentServicer, method: str, implementation: Any, request_type: Any) -> Any:
+def _decoding(
+    servicer: AuthenticatedServicer, method: str, implementation: Any, request_type: Any
+) -> Any:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
             principal = _principal(servicer, method, context)
@@ -462,7 +481,7 @@ def _decoding(servicer: AgentServicer, method: str, implementation: Any, request
 
 
 def _decoding_stream(
-    servicer: AgentServicer, method: str, implementation: Any, request_type: Any
+    servicer: AuthenticatedServicer, method: str, implementation: Any, request_type: Any
 ) -> Any:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:

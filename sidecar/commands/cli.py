@@ -490,6 +490,100 @@ def _recording_commands(commands: Any, logging_flags: argparse.ArgumentParser) -
     report.set_defaults(handler=_shadow_report)
 
 
+def _variants(args: argparse.Namespace) -> int:
+    from sidecar.commands.variants import Dial, Request, parse_weights, variants
+
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env, "").strip()
+        if not token:
+            print(f"agent-sidecar variants: {args.token_env} is unset or empty", file=sys.stderr)
+            return 2
+    elif args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            print(f"agent-sidecar variants: {args.token_file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    try:
+        weights = parse_weights(args.weights) if args.action == "set" else None
+    except ValueError as exc:
+        print(f"agent-sidecar variants set: {exc}", file=sys.stderr)
+        return 2
+    dial = Dial(
+        address=args.address,
+        token=token,
+        tls=args.tls,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        server_name=args.server_name,
+    )
+    request = Request(
+        action=args.action,
+        profile=getattr(args, "profile", None) or "",
+        variant=getattr(args, "variant", ""),
+        weights=weights,
+        reason=getattr(args, "reason", ""),
+    )
+    return int(_run(variants(dial, request, as_json=args.json)))
+
+
+def _variants_command(commands: Any, logging_flags: argparse.ArgumentParser) -> None:
+    dial = argparse.ArgumentParser(add_help=False)
+    dial.add_argument(
+        "--address",
+        default=os.environ.get("AGENT_SIDECAR_ADDRESS", "127.0.0.1:50051"),
+        help="the sidecar (default: $AGENT_SIDECAR_ADDRESS or 127.0.0.1:50051)",
+    )
+    tokens = dial.add_mutually_exclusive_group()
+    tokens.add_argument("--token-env", help="environment variable holding an operator's token")
+    tokens.add_argument("--token-file", help="file holding an operator's token")
+    dial.add_argument("--tls", action="store_true", help="dial TLS")
+    dial.add_argument("--ca-file", help="CA bundle the sidecar's certificate chains to (--tls)")
+    dial.add_argument("--cert-file", help="client certificate (mutual TLS), with --key-file")
+    dial.add_argument("--key-file", help="its private key")
+    dial.add_argument("--server-name", help="name to check the sidecar's certificate against")
+    dial.add_argument("--json", action="store_true", help="print the answer as JSON")
+    reason = argparse.ArgumentParser(add_help=False)
+    reason.add_argument("--reason", default="", help="why, for the audit record")
+    parents = [logging_flags, dial]
+    variants = commands.add_parser(
+        "variants",
+        help="see and change a serving sidecar's canaries (VariantService)",
+        description="See each profile's variants (state, weights, figures) and change "
+        "them on a serving sidecar: the change is kept in its session store, so every "
+        "replica sharing the store applies it. Needs an operator principal "
+        "(auth.principals[].operator) when the sidecar authenticates callers.",
+        parents=[logging_flags],
+    )
+    actions = variants.add_subparsers(dest="action", required=True)
+    listed = actions.add_parser("list", help="each profile's variants", parents=parents)
+    listed.add_argument("profile", nargs="?", help="one profile (default: every one)")
+    weights = actions.add_parser(
+        "set", help="set weights of new sessions", parents=[*parents, reason]
+    )
+    weights.add_argument("profile")
+    weights.add_argument("weights", nargs="+", metavar="NAME=WEIGHT")
+    promote = actions.add_parser(
+        "promote", help="give one variant every new session", parents=[*parents, reason]
+    )
+    promote.add_argument("profile")
+    promote.add_argument("variant")
+    rollback = actions.add_parser(
+        "rollback", help="take a canary out of rotation", parents=[*parents, reason]
+    )
+    rollback.add_argument("profile")
+    rollback.add_argument("variant")
+    reset = actions.add_parser(
+        "reset",
+        help="drop the operator's change: the configured weights apply",
+        parents=[*parents, reason],
+    )
+    reset.add_argument("profile")
+    variants.set_defaults(handler=_variants)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="agent-sidecar",
@@ -574,6 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jwks.set_defaults(handler=_identity_jwks)
 
     _recording_commands(commands, logging_flags)
+    _variants_command(commands, logging_flags)
 
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)

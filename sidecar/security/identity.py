@@ -50,6 +50,8 @@ class Principal:
     profiles: frozenset[str] | None = None
     """The profiles it may use; None: every one."""
     quota: QuotaConfig = _NO_QUOTA
+    operator: bool = False
+    """Whether it may change the sidecar's operation (the variants of its profiles)."""
 
     def may_use(self, profile: str) -> bool:
         return self.profiles is None or profile in self.profiles
@@ -68,8 +70,9 @@ class Principal:
         return f"{self.name}/" if self.name else ""
 
 
-ANONYMOUS = Principal("")
-"""Every caller, when no principal is configured."""
+ANONYMOUS = Principal("", operator=True)
+"""Every caller, when no principal is configured: with authentication off, every caller
+may do everything."""
 
 
 class _TokenSource:
@@ -158,6 +161,7 @@ class Authenticator:
                 p.name,
                 frozenset(p.profiles) if p.profiles is not None else None,
                 p.quota,
+                operator=p.operator,
             )
             has_token = p.token_sha256 or p.token_env or p.token_file
             source = _TokenSource(p, environ) if has_token else None

@@ -83,6 +83,10 @@ CREATE TABLE IF NOT EXISTS agent_spend (
     tokens    bigint NOT NULL,
     PRIMARY KEY (principal, day)
 );
+CREATE TABLE IF NOT EXISTS agent_variant_changes (
+    profile text PRIMARY KEY,
+    change  text NOT NULL
+);
 """
     + RUNS_SCHEMA
 )
@@ -156,6 +160,8 @@ class PostgresSessionStore:
         retention: seconds a finished background run is kept.
         clock: wall-clock time source for session times, seconds since the epoch.
     """
+
+    shared = True
 
     def __init__(
         self,
@@ -410,6 +416,23 @@ class PostgresSessionStore:
         row = await self.pool.fetchrow(_ADD_SPEND, principal, day, cost, tokens)
         assert row is not None  # an upsert returns its row
         return float(row["cost"]), int(row["tokens"])
+
+    # -- the operator's variant changes -------------------------------------------------
+
+    async def variant_changes(self) -> dict[str, str]:
+        rows = await self.pool.fetch("SELECT profile, change FROM agent_variant_changes")
+        return {row["profile"]: row["change"] for row in rows}
+
+    async def set_variant_change(self, profile: str, change: str | None) -> None:
+        if change is None:
+            await self.pool.execute("DELETE FROM agent_variant_changes WHERE profile = $1", profile)
+        else:
+            await self.pool.execute(
+                "INSERT INTO agent_variant_changes (profile, change) VALUES ($1, $2)"
+                " ON CONFLICT (profile) DO UPDATE SET change = EXCLUDED.change",
+                profile,
+                change,
+            )
 
     async def _interrupt_where(
         self, condition: str, *args: Any, then_begin: tuple[Any, ...] | None = None

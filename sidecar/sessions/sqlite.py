@@ -57,7 +57,7 @@ from sidecar.types import Session, Turn
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 CHECKPOINT_INTERVAL = 1.0
 """Seconds between checkpoints while turns are being written (``synchronous: normal``)."""
 _CHECKPOINT_LOCK_WAIT_MS = 200  # how long a restarting checkpoint waits for the write lock
@@ -73,6 +73,13 @@ CREATE TABLE spend (
     cost      REAL NOT NULL,
     tokens    INTEGER NOT NULL,
     PRIMARY KEY (principal, day)
+) WITHOUT ROWID;
+"""
+# The operator's change to each profile's variants (VariantService).
+_VARIANT_CHANGES = """
+CREATE TABLE variant_changes (
+    profile TEXT PRIMARY KEY,
+    change  TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 _SCHEMA = (
@@ -106,6 +113,7 @@ CREATE TABLE pending_turns (
     + RUNS_CALLBACK_SHAPE
     + RUNS_REQUEST_ID
     + RUNS_CALLBACK_ID
+    + _VARIANT_CHANGES
 )
 # Each page a commit changes is written to the WAL whole, so a turn's cost is counted in
 # B-trees touched: the start record is one (a table without rowid keeps its rows in its
@@ -135,6 +143,8 @@ DROP INDEX turns_by_session;
     5: RUNS_REQUEST_ID,
     # 6 → 7: the id a caller gave a run's callback (A2A push configs).
     6: RUNS_CALLBACK_ID,
+    # 7 → 8: the operator's change to each profile's variants.
+    7: _VARIANT_CHANGES,
 }
 
 
@@ -152,6 +162,8 @@ class SqliteSessionStore:
         retention: seconds a finished background run is kept.
         clock: wall-clock time source, seconds since the epoch.
     """
+
+    shared = False  # the file's lock keeps other processes out
 
     def __init__(
         self,
@@ -617,3 +629,27 @@ class SqliteSessionStore:
             .fetchone()
         )
         return float(row[0]), int(row[1])
+
+    # -- the operator's variant changes -------------------------------------------------
+
+    async def variant_changes(self) -> dict[str, str]:
+        return await self._call(self._variant_changes_sync)
+
+    def _variant_changes_sync(self) -> dict[str, str]:
+        rows = self._conn().execute("SELECT profile, change FROM variant_changes").fetchall()
+        return {str(profile): str(change) for profile, change in rows}
+
+    async def set_variant_change(self, profile: str, change: str | None) -> None:
+        await self._write(self._set_variant_change_sync, profile, change)
+
+    def _set_variant_change_sync(self, profile: str, change: str | None) -> None:
+        db = self._conn()
+        with transaction(db):
+            if change is None:
+                db.execute("DELETE FROM variant_changes WHERE profile = ?", (profile,))
+            else:
+                db.execute(
+                    "INSERT INTO variant_changes (profile, change) VALUES (?, ?)"
+                    " ON CONFLICT (profile) DO UPDATE SET change = excluded.change",
+                    (profile, change),
+                )

@@ -23,7 +23,8 @@ Exceptions (``sidecar.errors``)::
     SessionBusy              begin_turn: another run holds the session
 
 Stores also keep each principal's spend per day (the cost guard's daily quotas): added to
-atomically, so replicas sharing a store add to one total.
+atomically, so replicas sharing a store add to one total; and the operator's change to
+each profile's variants (``VariantService``), which every replica sharing the store reads.
 """
 
 from __future__ import annotations
@@ -148,9 +149,23 @@ class SessionStore(Protocol):
         store add to one total); the day's totals after it."""
         ...
 
+    shared: bool
+    """Whether other processes use the store too (they may change what it holds)."""
+
+    async def variant_changes(self) -> dict[str, str]:
+        """The operator's change to each profile's variants, by profile, as the encoded
+        form :mod:`sidecar.agent.variant_control` wrote."""
+        ...
+
+    async def set_variant_change(self, profile: str, change: str | None) -> None:
+        """Keep ``change`` as ``profile``'s; None drops the profile's."""
+        ...
+
 
 class MemorySessionStore:
     """Sessions in this process's memory; they end with it, so nothing is ever cut off."""
+
+    shared = False
 
     def __init__(
         self,
@@ -162,6 +177,7 @@ class MemorySessionStore:
         self._sessions: dict[str, Session] = {}
         self._running: dict[str, str] = {}
         self._spend: dict[tuple[str, str], tuple[float, int]] = {}
+        self._variant_changes: dict[str, str] = {}
         self._idle_ttl = idle_ttl
         self._clock = clock
         self._runs = MemoryRunStore(self, retention=retention, clock=clock)
@@ -272,3 +288,12 @@ class MemorySessionStore:
         old_cost, old_tokens = self._spend.get((principal, day), (0.0, 0))
         total = self._spend[(principal, day)] = (old_cost + cost, old_tokens + tokens)
         return total
+
+    async def variant_changes(self) -> dict[str, str]:
+        return dict(self._variant_changes)
+
+    async def set_variant_change(self, profile: str, change: str | None) -> None:
+        if change is None:
+            self._variant_changes.pop(profile, None)
+        else:
+            self._variant_changes[profile] = change

@@ -86,7 +86,9 @@ def rpc_line(method: Any) -> str:
 
 def test_list_names_the_sidecars_services(sidecar: str) -> None:
     services = set(ok(sidecar, "list").split())
-    assert {"agentsidecar.v1.AgentService", "grpc.health.v1.Health", *REFLECTION} <= services
+    ours = {"AgentService", "VariantService", "IdentityKeysService"}
+    assert {f"agentsidecar.v1.{name}" for name in ours} <= services
+    assert {"grpc.health.v1.Health", *REFLECTION} <= services
 
 
 def test_list_names_the_tool_servers_services(tool_server: str) -> None:

@@ -49,6 +49,9 @@ def test_the_generated_code_matches_the_protos(tmp_path: Path) -> None:
         "tool_pb2.py",
         "tool_pb2.pyi",
         "tool_pb2_grpc.py",
+        "variants_pb2.py",
+        "variants_pb2.pyi",
+        "variants_pb2_grpc.py",
     ]
     for name in names:
         assert (generated / name).read_text() == (committed / name).read_text(), (

@@ -402,12 +402,13 @@ def test_metrics_are_served_on_all_interfaces_and_scraped_through_a_service_moni
     }
 
 
-def test_a_principals_callback_secret_and_background_settings_reach_the_sidecar() -> None:
+def test_a_principals_callback_secret_operator_and_background_settings_reach_the_sidecar() -> None:
     # The secret itself comes from the pod's environment (extraEnv from a Secret).
     sets = {
         "auth.principals[0].callback_secret_env": "CHECKOUT_CALLBACKS",
         "auth.principals[1].callback_secret_file": "/etc/callbacks/console",
         "auth.principals[1].quota.background_runs": "50",
+        "auth.principals[1].operator": "true",
         "config.background.max_running": "16",
         "config.background.callbacks.allowed_hosts[0]": "hooks.example.com",
     }
@@ -416,6 +417,7 @@ def test_a_principals_callback_secret_and_background_settings_reach_the_sidecar(
     assert principals["checkout"].callback_secret_env == "CHECKOUT_CALLBACKS"
     assert principals["support-console"].callback_secret_file == "/etc/callbacks/console"
     assert principals["support-console"].quota.background_runs == 50
+    assert principals["support-console"].operator and not principals["checkout"].operator
     assert parsed.background.max_running == 16
     assert parsed.background.callbacks.allowed_hosts == ["hooks.example.com"]
 

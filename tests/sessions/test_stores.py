@@ -306,11 +306,10 @@ async def test_sqlite_keeps_its_wal_small_while_turns_are_written_without_pause(
     store = await open_store()
     wal = tmp_path / "sessions.db-wal"
     await store.create("default", "s1", {})
-    largest, turns = 0, 0
-    loop = asyncio.get_running_loop()
-    until = loop.time() + 1.5
-    while loop.time() < until:
-        turns += 1
+    largest = 0
+    # A count of turns, not a time: a loaded machine writes them more slowly, and its
+    # checkpointer still runs every 50 ms between them.
+    for turns in range(1, 1001):
         await store.begin_turn("s1", f"r{turns}", "q", 1.0)
         turn = _turn(f"r{turns}", "q")
         turn.messages.append({"role": "tool", "tool_call_id": "c", "content": "x" * 1500})
@@ -319,7 +318,6 @@ async def test_sqlite_keeps_its_wal_small_while_turns_are_written_without_pause(
         if turns % 20 == 0:
             largest = max(largest, wal.stat().st_size if wal.exists() else 0)
     # About ten 4 KiB pages go through the WAL per turn: some 40 MB in all.
-    assert turns > 800
     assert largest < 16 * 1024 * 1024
 
 
@@ -420,8 +418,9 @@ async def test_a_store_of_schema_1_is_upgraded_and_keeps_its_turns_and_running_t
     finally:
         await store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 7
+    assert check.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION == 8
     tables = dict(check.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert tables["variant_changes"].endswith("WITHOUT ROWID")
     assert tables["pending_turns"].endswith("WITHOUT ROWID")
     assert {"runs", "run_events"} <= set(tables)  # schema 3: background runs
     assert "spend" in tables  # schema 4: each principal's spend per day

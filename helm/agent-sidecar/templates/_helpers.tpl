@@ -298,6 +298,7 @@ The sidecar's configuration file: .Values.config with the keys the chart owns se
 {{- with .san }}{{ $_ := set $entry "san" . }}{{ end }}
 {{- if hasKey . "profiles" }}{{ $_ := set $entry "profiles" .profiles }}{{ end }}
 {{- with .quota }}{{ $_ := set $entry "quota" . }}{{ end }}
+{{- if .operator }}{{ $_ := set $entry "operator" true }}{{ end }}
 {{- with .callback_secret_env }}{{ $_ := set $entry "callback_secret_env" . }}{{ end }}
 {{- with .callback_secret_file }}{{ $_ := set $entry "callback_secret_file" . }}{{ end }}
 {{- $principals = append $principals $entry }}
