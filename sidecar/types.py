@@ -389,6 +389,21 @@ class Decision:
     """The answer to a question (an object matching its schema); None otherwise."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """How a run began: its first event, the same whether it is streamed or stored."""
+
+    session_id: str
+    """The id the caller knows the session by."""
+    profile: str
+    model: str
+    """The model that answers it."""
+    variant: str
+    """The profile's variant it runs on; empty: the profile has none."""
+    path: RunPath
+    """The profile's path it takes."""
+
+
 class EventSink(Protocol):
     """Receives a run's events as they happen. Streaming callers get one; others don't,
     and then no event is ever built."""
@@ -589,3 +604,9 @@ class RunRecord:
     unique per principal while the run is kept; empty: none."""
     message_id: str = ""
     """The id the caller gave its input (an A2A ``messageId``), kept to show it back."""
+
+    @property
+    def origin(self) -> str:
+        """The operation that started it: A2A's ``SendMessage`` (an A2A message always
+        has its ``messageId``) or ``StartRun``."""
+        return "SendMessage" if self.message_id else "StartRun"

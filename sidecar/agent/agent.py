@@ -257,6 +257,7 @@ class Agent:
         structured: bool,
         sink: EventSink | None,
         time_remaining: float | None,
+        method: str,
         metadata: Sequence[tuple[str, str | bytes]] = (),
     ) -> RunOutcome:
         """See :meth:`Turns.run`."""
@@ -265,6 +266,7 @@ class Agent:
             structured=structured,
             sink=sink,
             time_remaining=time_remaining,
+            method=method,
             metadata=metadata,
         )
 

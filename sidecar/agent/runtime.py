@@ -11,7 +11,9 @@ every front calls. A front (gRPC, an HTTP gateway, a test) is a page of code aro
     await runtime.ready()                  # tool servers discovered (or timed out)
     session = await runtime.agent.create_session(ANONYMOUS, "default", "", {})
     turn = await runtime.agent.begin_turn(ANONYMOUS, session.session_id, "hello")
-    outcome = await runtime.agent.run_turn(turn, structured=True, sink=None, time_remaining=30)
+    outcome = await runtime.agent.run_turn(
+        turn, structured=True, sink=None, time_remaining=30, method="Run"
+    )
     await runtime.close()
 
 It owns reload: :meth:`Runtime.apply` builds a new :class:`~sidecar.agent.snapshot.Snapshot`

@@ -71,6 +71,7 @@ from sidecar.types import (
     ModelCallDetail,
     RunOutcome,
     RunPath,
+    RunStart,
     Session,
     StopReason,
     ToolCall,
@@ -132,6 +133,17 @@ class ClaimedTurn:
         if self.light is not None:
             return self.light.models.answer.name
         return self.variant.models.answer.name if self.variant is not None else ""
+
+    def start(self, default_model: str) -> RunStart:
+        """The run's first event; ``default_model``: the model of a profile with no
+        variants."""
+        return RunStart(
+            session_id=self.session_id,
+            profile=self.profile.name,
+            model=self.model_name or default_model,
+            variant=self.variant.name if self.variant is not None else "",
+            path=RunPath.LIGHT if self.light is not None else RunPath.FULL,
+        )
 
 
 class Detached(Protocol):
@@ -375,6 +387,7 @@ class Turns:
         structured: bool,
         sink: EventSink | None,
         time_remaining: float | None,
+        method: str,
         metadata: Sequence[tuple[str, str | bytes]] = (),
         detached: Detached | None = None,
     ) -> RunOutcome:
@@ -382,6 +395,9 @@ class Turns:
 
         Args:
             turn: From :meth:`begin` (or :meth:`begin_detached`).
+            method: The operation that started the run, named by its front (``Run``,
+                ``StreamRun``, ``tools/call``; a background run's own: ``StartRun``,
+                ``SendMessage``), for its trace.
             structured: OUTPUT_MODE_STRUCTURED: no text deltas.
             sink: Receives the run's events; None when nobody streams them (and then no
                 call can be approved: calls that need approval are denied at once).
@@ -398,7 +414,7 @@ class Turns:
             run_id=turn.run_id,
             metadata=metadata,
             clock=turn.clock,
-            streamed=sink is not None,
+            method=method,
         )
         recording = None
         if self._recorder is not None:

@@ -27,6 +27,7 @@ from sidecar.types import (
     RunCost,
     RunOutcome,
     RunRecord,
+    RunStart,
     Session,
     Stage,
     ToolAvailability,
@@ -187,6 +188,16 @@ def tool_question(q: ToolQuestion) -> agent_pb2.ToolQuestion:
     return agent_pb2.ToolQuestion(
         message=q.message,
         requested_schema=orjson.dumps(q.requested_schema).decode(),
+    )
+
+
+def run_started(start: RunStart) -> agent_pb2.RunStarted:
+    return agent_pb2.RunStarted(
+        session_id=start.session_id,
+        profile=start.profile,
+        model=start.model,
+        variant=start.variant,
+        path=_enum(start.path),
     )
 
 

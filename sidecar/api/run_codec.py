@@ -19,6 +19,7 @@ from sidecar.types import (
     BudgetOverrun,
     RunOutcome,
     RunRecord,
+    RunStart,
     Stage,
     ToolOutcome,
     ToolQuestion,
@@ -66,12 +67,8 @@ class GrpcRunCodec:
         return message.SerializeToString()
 
     @staticmethod
-    def _run_started(
-        cap: int, session_id: str, profile: str, model: str, variant: str
-    ) -> agent_pb2.RunStarted:
-        return agent_pb2.RunStarted(
-            session_id=session_id, profile=profile, model=model, variant=variant
-        )
+    def _run_started(cap: int, start: RunStart) -> agent_pb2.RunStarted:
+        return convert.run_started(start)
 
     @staticmethod
     def _run_resumed(cap: int, step: int, attempt: int) -> agent_pb2.RunResumed:

@@ -216,6 +216,7 @@ class AgentServicer(AuthenticatedServicer):
             structured=True,
             sink=None,
             time_remaining=context.time_remaining(),
+            method="Run",
             metadata=context.invocation_metadata() or (),
         )
         return agent_pb2.RunResponse(run_id=turn.run_id, result=convert.run_result(outcome))
@@ -241,17 +242,7 @@ class AgentServicer(AuthenticatedServicer):
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
         tasks: list[asyncio.Task[None]] = []
         sink = StreamSink(turn.run_id, self._stream_buffer, on_backlog=lambda: tasks[0].cancel())
-        sink.put(
-            run_started=agent_pb2.RunStarted(
-                session_id=turn.session_id,
-                profile=turn.profile.name,
-                model=turn.model_name or self._agent.model_name,
-                variant=turn.variant.name if turn.variant is not None else "",
-                path=agent_pb2.RUN_PATH_LIGHT
-                if turn.light is not None
-                else agent_pb2.RUN_PATH_FULL,
-            )
-        )
+        sink.put(run_started=convert.run_started(turn.start(self._agent.model_name)))
         began = asyncio.Event()
         task = asyncio.get_running_loop().create_task(
             self._drive(turn, sink, structured=structured, context=context, began=began),
@@ -293,6 +284,7 @@ class AgentServicer(AuthenticatedServicer):
                     structured=structured,
                     sink=sink,
                     time_remaining=context.time_remaining(),
+                    method="StreamRun",
                     metadata=context.invocation_metadata() or (),
                 )
             except Exception as exc:  # a bug, not a run failure: report it, don't hang

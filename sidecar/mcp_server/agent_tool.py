@@ -79,7 +79,7 @@ class AgentTool:
                 session_id = session.session_id
             turn = await agent.begin_turn(principal, session_id, text)
             outcome = await agent.run_turn(
-                turn, structured=False, sink=None, time_remaining=timeout
+                turn, structured=False, sink=None, time_remaining=timeout, method="tools/call"
             )
         except RequestError as exc:
             return _failed(str(exc))

@@ -204,7 +204,7 @@ class Telemetry:
         run_id: str,
         metadata: Sequence[tuple[str, str | bytes]],
         clock: Clock,
-        streamed: bool,
+        method: str,
     ) -> RunTrace | None:
         """Count a run in flight and open its trace; the trace is None when tracing is off."""
         if self.metrics is not None:
@@ -213,7 +213,7 @@ class Telemetry:
             return None
         return self.tracing.start_run(
             profile=profile,
-            method="StreamRun" if streamed else "Run",
+            method=method,
             session_id=session_id,
             run_id=run_id,
             metadata=metadata,

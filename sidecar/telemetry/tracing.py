@@ -107,7 +107,8 @@ class Tracing:
 
         Args:
             profile: The session's profile.
-            method: The RPC that started the run (``StreamRun`` or ``Run``).
+            method: The operation that started the run (``StreamRun``, ``Run``,
+                ``StartRun``, A2A's ``SendMessage``, MCP's ``tools/call``).
             session_id: The session.
             run_id: The run.
             metadata: The caller's gRPC metadata.

@@ -1,5 +1,6 @@
 """The A2A tests' stack: the simulator, the scripted tool server and a sidecar serving A2A
-on its port and on an HTTP listener, with two principals (alice, bob); one per module."""
+on its port and on an HTTP listener, with two principals (alice, bob), tracing to a
+receiver in this process; one per module."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.a2a import A2A_SKILLS, ENV, principals
+from tests.support.otlp import otlp_receiver
 from tests.support.stack import scripted_toolserver, sidecar, sidecar_config, simulator
 
 BACKGROUND: dict[str, Any] = {
@@ -26,13 +28,15 @@ BACKGROUND: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with simulator() as sim, scripted_toolserver() as tools:
+    with otlp_receiver() as receiver, simulator() as sim, scripted_toolserver() as tools:
+        tracing = {"enabled": True, "otlp_endpoint": receiver.address, "export_delay": 0.05}
         config = sidecar_config(
             sim,
             [{"name": "scripted", "address": tools.address}],
             background=BACKGROUND,
             auth=principals(),
             a2a={"skills": A2A_SKILLS, "http": {"port": 0}},
+            telemetry={"tracing": tracing},
         )
         with sidecar(config, tmp_path_factory.mktemp("sidecar"), env=ENV) as side:
-            yield {"sim": sim, "tools": tools, "sidecar": side}
+            yield {"sim": sim, "tools": tools, "sidecar": side, "receiver": receiver}

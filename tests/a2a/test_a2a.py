@@ -34,7 +34,9 @@ from tests.support.a2a import (
     public_card,
     user_message,
 )
+from tests.support.otlp import OtlpReceiver
 from tests.support.runs import receiver, signed_correctly
+from tests.support.stack import eventually
 
 BINDINGS = ["GRPC", "JSONRPC"]
 S = a2a_pb2.TaskState
@@ -79,6 +81,29 @@ async def test_a_blocking_message_answers_with_the_completed_task(
             a2a_pb2.ListTasksRequest(context_id=task.context_id, include_artifacts=True)
         )
         assert [t.id for t in listed.tasks] == [second.task.id, task.id]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_tasks_span_names_the_operation_that_started_it(
+    card: a2a_pb2.AgentCard, binding: str, stack: dict[str, Any]
+) -> None:
+    async with a2a_client(card, binding, ALICE, streaming=False) as client:
+        (response,) = await collect(client.send_message(user_message("two reads")))
+    traces: OtlpReceiver = stack["receiver"]
+
+    def spans() -> list[Any]:
+        return [
+            s
+            for s in traces.spans()
+            if s.name.startswith("invoke_agent")
+            and s.attributes.get("agent_sidecar.run_id") == response.task.id
+        ]
+
+    async def exported() -> bool:
+        return bool(spans())
+
+    await eventually(exported, timeout=20)
+    assert [s.attributes["rpc.method"] for s in spans()] == ["SendMessage"]
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

@@ -119,7 +119,9 @@ async def test_a_front_drives_a_streamed_turn_without_grpc(runtime: Runtime) -> 
     session = await agent.create_session(ANONYMOUS, "default", "front-1", {"team": "a"})
     turn = await agent.begin_turn(ANONYMOUS, session.session_id, "two reads")
     events = Events()
-    outcome = await agent.run_turn(turn, structured=False, sink=events, time_remaining=30)
+    outcome = await agent.run_turn(
+        turn, structured=False, sink=events, time_remaining=30, method="StreamRun"
+    )
     assert outcome.stop_reason is StopReason.ANSWERED and outcome.tool_calls == 2
     assert [o.status for o in events.finished] == [ToolCallStatus.OK, ToolCallStatus.OK]
     assert "".join(events.text) == outcome.answer
@@ -140,7 +142,9 @@ async def test_a_turn_admitted_before_a_reload_finishes_on_what_it_was_admitted_
     # The reload removes the turn's profile and adds another: the turn runs on.
     runtime.apply(parse_config(_config(processes, other={"system_prompt": "Prompt two."})))
     await control.reset()
-    outcome = await agent.run_turn(turn, structured=True, sink=None, time_remaining=30)
+    outcome = await agent.run_turn(
+        turn, structured=True, sink=None, time_remaining=30, method="Run"
+    )
     assert outcome.stop_reason is StopReason.ANSWERED, outcome.error
     sent = (await control.stats())["last_request"]["messages"][0]["content"]
     assert sent == "Prompt one."
@@ -182,7 +186,9 @@ def test_whatever_a_reload_holds_a_turn_admitted_before_it_never_fails_internall
             if not profiles:
                 profiles["x"] = {}
             runtime.apply(parse_config(_config(processes, **profiles)))
-            outcome = await agent.run_turn(turn, structured=True, sink=None, time_remaining=30)
+            outcome = await agent.run_turn(
+                turn, structured=True, sink=None, time_remaining=30, method="Run"
+            )
             assert outcome.error is None or outcome.error.code != "internal", outcome.error
             assert outcome.stop_reason is StopReason.ANSWERED
         finally:

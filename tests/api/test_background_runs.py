@@ -107,6 +107,17 @@ async def test_a_run_returns_at_once_and_its_events_and_result_are_stored(
     assert [(t.run_id, t.answer) for t in turns] == [(run.run_id, done.result.answer)]
 
 
+async def test_a_background_runs_first_event_is_the_one_a_streamed_run_sends(
+    client: AgentClient, session_id: str
+) -> None:
+    streamed, *_ = [e async for e in client.stream(session_id, "hello", timeout=30)]
+    run = await client.start_run(session_id, "three slow reads please")
+    stored = (await events_of(client, run.run_id))[0]
+    assert stored.run_started == streamed.run_started
+    assert stored.run_started.path == agent_pb2.RUN_PATH_FULL
+    assert stored.run_started.profile == "default" and stored.run_started.model
+
+
 async def test_a_request_sent_again_returns_the_run_it_started(
     client: AgentClient, session_id: str
 ) -> None:

@@ -228,6 +228,34 @@ async def test_a_trace_runs_from_the_client_through_the_sidecar_into_the_tool_se
         assert handler.name == "agentsidecar.v1.ToolService/CallTool"
 
 
+async def test_each_runs_span_names_the_operation_that_started_it(
+    client: AgentClient, stack: dict[str, Any]
+) -> None:
+    receiver: OtlpReceiver = stack["receiver"]
+    session = await client.create_session()
+    runs = {}
+    ran = await client.run(session.session_id, "hello", timeout=30)
+    runs[ran.run_id] = "Run"
+    streamed = [e async for e in client.stream(session.session_id, "hello", timeout=30)]
+    runs[streamed[-1].run_id] = "StreamRun"
+    background = await client.start_run(session.session_id, "hello")
+    runs[background.run_id] = "StartRun"
+
+    def methods() -> dict[str, Any]:
+        return {
+            s.attributes["agent_sidecar.run_id"]: s.attributes["rpc.method"]
+            for s in receiver.spans()
+            if s.name.startswith("invoke_agent")
+            and s.attributes.get("agent_sidecar.run_id") in runs
+        }
+
+    async def exported() -> bool:
+        return len(methods()) == len(runs)
+
+    await eventually(exported, timeout=20)
+    assert methods() == runs
+
+
 async def test_every_run_is_logged_with_its_label_timeline_and_cost(
     client: AgentClient, stack: dict[str, Any]
 ) -> None:

@@ -22,8 +22,8 @@ class RunCodec(Protocol):
         self, run_id: str, sequence: int, kind: str, args: tuple[Any, ...], cap: int
     ) -> bytes:
         """One event. ``kind`` names an ``EventSink`` method (``text_delta``,
-        ``tool_call_started`` ...) or ``run_started`` (session id, profile, model,
-        variant) or ``run_resumed`` (step, attempt); ``args`` are its arguments. Text
+        ``tool_call_started`` ...) or ``run_started`` (a :class:`~sidecar.types.RunStart`)
+        or ``run_resumed`` (step, attempt); ``args`` are its arguments. Text
         fields beyond ``cap`` bytes are cut with a marker saying how much."""
         ...
 

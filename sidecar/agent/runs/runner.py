@@ -432,10 +432,7 @@ class Runner:
             turn,
             self._journal(active),
             "run_started",
-            session_id,
-            turn.profile.name,
-            turn.model_name or self._model_name,
-            turn.variant.name if turn.variant is not None else "",
+            turn.start(self._model_name),
         )
 
     async def _resume(self, active: _Active, principal: Principal, session_id: str) -> None:
@@ -499,7 +496,12 @@ class Runner:
             return
         active.in_turn = True  # from here a cancellation stops the turn in its loop
         await self._turns.run(
-            turn, structured=run.structured, sink=None, time_remaining=None, detached=journal
+            turn,
+            structured=run.structured,
+            sink=None,
+            time_remaining=None,
+            method=run.origin,
+            detached=journal,
         )
 
     def _stop(self, active: _Active, code: str) -> None:
