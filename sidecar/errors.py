@@ -1,8 +1,9 @@
 """Every error the sidecar raises on purpose, in one tree.
 
-The root carries the retry facts; the gRPC edge (``sidecar.api.status``) maps each class
-to a canonical status code and ``google.rpc`` details with one table, so no module below
-it picks a status code::
+The root carries the retry facts. Each :class:`RequestError` names its canonical status
+code and its stable reason (``code``, ``reason``); each front maps those to its protocol
+(``sidecar.api.status``: a gRPC status with ``google.rpc`` details; ``sidecar.a2a.errors``;
+the MCP front), so no module picks a code or repeats a reason::
 
     SidecarError                  retryable, retry_after
     ├── ConfigError               the configuration is missing, unreadable or invalid
@@ -16,6 +17,7 @@ it picks a status code::
     │   │   └── MalformedRequest  the request's bytes are not a valid message
     │   ├── Unauthenticated       no credentials, or ones that name no principal
     │   ├── PermissionDenied      the principal may not use that profile
+    │   │   └── NotAnOperator     the principal may not change the sidecar's operation
     │   ├── SessionNotFound       no such session (never created, deleted, expired)
     │   ├── ProfileNotFound       no such agent profile in the configuration
     │   ├── CallNotPending        no such tool call is waiting for approval
@@ -48,8 +50,9 @@ says what happened (see ``sidecar.types.RunError``). Only :class:`RequestError` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sidecar.types import BreakerState
 
@@ -94,6 +97,7 @@ __all__ = [
     "TooManySessions",
     "ToolUseFailed",
     "Unauthenticated",
+    "request_errors",
 ]
 
 
@@ -158,6 +162,11 @@ class RequestError(SidecarError):
         metadata: Machine-readable facts for the caller (string to string).
     """
 
+    code: ClassVar[str] = ""
+    """Its canonical status code by name (``NOT_FOUND``): each front maps it to its
+    protocol's (a gRPC status, an A2A error); empty: none (a bug if it reaches a caller)."""
+    reason: ClassVar[str] = ""
+    """The stable reason callers branch on (``ErrorInfo.reason``, docs/errors.md)."""
     resource: tuple[str, str] | None = None
     violations: tuple[FieldViolation, ...] = ()
     quota: tuple[str, str] | None = None
@@ -170,6 +179,9 @@ class RequestError(SidecarError):
 
 class InvalidRequest(RequestError):
     """Fields of the request are invalid; each is named with what is wrong with it."""
+
+    code = "INVALID_ARGUMENT"
+    reason = "INVALID_REQUEST"
 
     def __init__(self, violations: Sequence[FieldViolation]) -> None:
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
@@ -184,6 +196,9 @@ class InvalidRequest(RequestError):
 class InputTooLarge(InvalidRequest):
     """The user input is longer than the profile's ``max_input_chars``."""
 
+    code = "INVALID_ARGUMENT"
+    reason = "INPUT_TOO_LARGE"
+
     def __init__(self, length: int, limit: int) -> None:
         super().__init__(
             [FieldViolation("input", f"is {length} characters; the profile allows {limit}")]
@@ -193,6 +208,9 @@ class InputTooLarge(InvalidRequest):
 
 class MalformedRequest(InvalidRequest):
     """The request's bytes do not decode as the message the method takes."""
+
+    code = "INVALID_ARGUMENT"
+    reason = "MALFORMED_REQUEST"
 
     def __init__(self, message_type: str) -> None:
         super().__init__([FieldViolation("(request)", f"is not a valid {message_type}")])
@@ -206,9 +224,15 @@ class Unauthenticated(RequestError):
 
     The message says which of the two, never which principals exist."""
 
+    code = "UNAUTHENTICATED"
+    reason = "UNAUTHENTICATED"
+
 
 class PermissionDenied(RequestError):
     """The principal may not use the profile (``auth.principals[].profiles``)."""
+
+    code = "PERMISSION_DENIED"
+    reason = "PERMISSION_DENIED"
 
     def __init__(self, principal: str, profile: str) -> None:
         super().__init__(f"principal {principal!r} may not use profile {profile!r}")
@@ -227,6 +251,9 @@ class NotAnOperator(PermissionDenied):
 class SessionNotFound(RequestError):
     """No such session (never created, deleted, or expired)."""
 
+    code = "NOT_FOUND"
+    reason = "SESSION_NOT_FOUND"
+
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r}")
         self.session_id = session_id
@@ -235,6 +262,9 @@ class SessionNotFound(RequestError):
 
 class ProfileNotFound(RequestError):
     """No agent profile of that name is configured."""
+
+    code = "NOT_FOUND"
+    reason = "PROFILE_NOT_FOUND"
 
     def __init__(self, profile: str, configured: Sequence[str]) -> None:
         super().__init__(f"unknown profile {profile!r}; configured: {sorted(configured)}")
@@ -245,6 +275,9 @@ class ProfileNotFound(RequestError):
 class CallNotPending(RequestError):
     """No tool call of that id is waiting for approval in the session."""
 
+    code = "NOT_FOUND"
+    reason = "CALL_NOT_PENDING"
+
     def __init__(self, session_id: str, call_id: str) -> None:
         super().__init__(f"no call {call_id!r} is waiting for approval in session {session_id!r}")
         self.resource = ("agentsidecar.v1.ToolCall", f"{session_id}/{call_id}")
@@ -253,6 +286,9 @@ class CallNotPending(RequestError):
 class RunNotFound(RequestError):
     """No such background run (never started, expired, or its session was deleted); a run
     another principal started does not exist for the caller."""
+
+    code = "NOT_FOUND"
+    reason = "RUN_NOT_FOUND"
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no background run {run_id!r}")
@@ -263,9 +299,15 @@ class CallbackNotAllowed(RequestError):
     """A run's completion callback names a URL the configuration does not let callbacks go
     to (``background.callbacks``), or its principal has no secret to sign it with."""
 
+    code = "PERMISSION_DENIED"
+    reason = "CALLBACK_NOT_ALLOWED"
+
 
 class BackgroundRunsDisabled(RequestError):
     """The sidecar serves no background runs (``background.enabled: false``)."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "BACKGROUND_RUNS_DISABLED"
 
     def __init__(self) -> None:
         super().__init__(
@@ -277,6 +319,9 @@ class BackgroundRunsDisabled(RequestError):
 class SessionExists(RequestError):
     """A session with that id already exists."""
 
+    code = "ALREADY_EXISTS"
+    reason = "SESSION_EXISTS"
+
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already exists")
         self.session_id = session_id
@@ -285,6 +330,9 @@ class SessionExists(RequestError):
 
 class RequestIdReused(RequestError):
     """A run was started under this request id already, with another request."""
+
+    code = "ALREADY_EXISTS"
+    reason = "REQUEST_ID_REUSED"
 
     def __init__(self, request_id: str, run_id: str) -> None:
         super().__init__(
@@ -297,6 +345,9 @@ class RequestIdReused(RequestError):
 
 class SessionBusy(RequestError):
     """Another run holds the session; runs of one session never overlap."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "SESSION_BUSY"
 
     retryable = True
     retry_after = 1.0
@@ -311,6 +362,9 @@ class SessionBusy(RequestError):
 class ProfileRemoved(RequestError):
     """The session's profile is no longer in the configuration."""
 
+    code = "FAILED_PRECONDITION"
+    reason = "PROFILE_REMOVED"
+
     def __init__(self, session_id: str, profile: str) -> None:
         super().__init__(
             f"session {session_id!r} uses profile {profile!r}, which is no longer configured"
@@ -320,6 +374,9 @@ class ProfileRemoved(RequestError):
 
 class Draining(RequestError):
     """The sidecar is shutting down and takes no new work."""
+
+    code = "UNAVAILABLE"
+    reason = "DRAINING"
 
     retryable = True
 
@@ -331,9 +388,14 @@ class Draining(RequestError):
 class ResourceExhausted(RequestError):
     """A limit of the sidecar was reached."""
 
+    code = "RESOURCE_EXHAUSTED"
+
 
 class Overloaded(ResourceExhausted):
     """Too many runs are in flight in this process (``server.max_concurrent_runs``)."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "OVERLOADED"
 
     retryable = True
     retry_after = 1.0
@@ -349,6 +411,9 @@ class Overloaded(ResourceExhausted):
 class TooManySessions(ResourceExhausted):
     """The store holds as many sessions as ``sessions.max_sessions`` allows."""
 
+    code = "RESOURCE_EXHAUSTED"
+    reason = "TOO_MANY_SESSIONS"
+
     def __init__(self, limit: int) -> None:
         super().__init__(
             f"the store holds {limit} sessions, the most allowed; delete some first",
@@ -358,6 +423,9 @@ class TooManySessions(ResourceExhausted):
 
 class QuotaExceeded(ResourceExhausted):
     """The principal used up one of its quotas (``auth.principals[].quota``)."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "QUOTA_EXCEEDED"
 
     def __init__(
         self, principal: str, quota: str, limit: float, *, retry_after: float | None
@@ -388,6 +456,9 @@ class QuotaExceeded(ResourceExhausted):
 class RunQueueFull(ResourceExhausted):
     """As many background runs are queued and running as ``background.max_runs`` allows."""
 
+    code = "RESOURCE_EXHAUSTED"
+    reason = "RUN_QUEUE_FULL"
+
     retryable = True
     retry_after = 5.0
     """A hint: a slot frees when any run finishes."""
@@ -402,6 +473,9 @@ class RunQueueFull(ResourceExhausted):
 
 class StreamBacklog(ResourceExhausted):
     """A stream's caller read its events too slowly: the run was cancelled."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "STREAM_BACKLOG"
 
     def __init__(self, limit: int) -> None:
         super().__init__(
@@ -510,3 +584,13 @@ class BreakerOpenError(SidecarError):
         self.breaker_name = breaker_name
         self.state = state
         self.retry_after = retry_after
+
+
+def request_errors() -> Iterator[type[RequestError]]:
+    """Every class of caller-facing error that has a reason."""
+    waiting: list[type[RequestError]] = [RequestError]
+    while waiting:
+        cls = waiting.pop()
+        if "reason" in cls.__dict__ and cls.reason:
+            yield cls
+        waiting.extend(cls.__subclasses__())

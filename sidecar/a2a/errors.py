@@ -38,28 +38,13 @@ from a2a.utils.errors import (
 
 from sidecar.errors import (
     BackgroundRunsDisabled,
-    CallbackNotAllowed,
     CallNotPending,
-    Draining,
     InputTooLarge,
     InvalidRequest,
     MalformedRequest,
-    Overloaded,
-    PermissionDenied,
-    ProfileNotFound,
-    ProfileRemoved,
-    QuotaExceeded,
     RequestError,
-    RequestIdReused,
-    ResourceExhausted,
     RunNotFound,
-    RunQueueFull,
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    StreamBacklog,
-    TooManySessions,
-    Unauthenticated,
+    request_errors,
 )
 
 __all__ = ["DOMAIN", "REASONS", "Refused", "to_a2a"]
@@ -130,28 +115,18 @@ for _cls, (_rpc, _http) in _REGISTERED.items():
     sdk.A2A_ERROR_MAPPING[_cls] = ErrorMapping(_http, _cls.code.name, _cls.code.name)
     sdk.A2A_ERROR_REASONS[_cls] = _cls.code.name
 
-_REFUSALS: dict[type[RequestError], tuple[type[Refused], str]] = {
-    Unauthenticated: (RefusedUnauthenticated, "UNAUTHENTICATED"),
-    PermissionDenied: (RefusedPermission, "PERMISSION_DENIED"),
-    CallbackNotAllowed: (RefusedPermission, "CALLBACK_NOT_ALLOWED"),
-    SessionBusy: (RefusedPrecondition, "SESSION_BUSY"),
-    ProfileRemoved: (RefusedPrecondition, "PROFILE_REMOVED"),
-    Draining: (RefusedUnavailable, "DRAINING"),
-    Overloaded: (RefusedExhausted, "OVERLOADED"),
-    TooManySessions: (RefusedExhausted, "TOO_MANY_SESSIONS"),
-    QuotaExceeded: (RefusedExhausted, "QUOTA_EXCEEDED"),
-    RunQueueFull: (RefusedExhausted, "RUN_QUEUE_FULL"),
-    StreamBacklog: (RefusedExhausted, "STREAM_BACKLOG"),
-    ResourceExhausted: (RefusedExhausted, "RESOURCE_EXHAUSTED"),
-    SessionNotFound: (RefusedNotFound, "SESSION_NOT_FOUND"),
-    ProfileNotFound: (RefusedNotFound, "PROFILE_NOT_FOUND"),
-    SessionExists: (RefusedExists, "SESSION_EXISTS"),
-    RequestIdReused: (RefusedExists, "REQUEST_ID_REUSED"),
-}
+_REFUSED: dict[str, type[Refused]] = {cls.code.name: cls for cls in _REGISTERED}
+"""The refusal of each canonical code."""
+_SPEC_ERRORS = (RunNotFound, InvalidRequest, CallNotPending, BackgroundRunsDisabled)
+"""What the spec has an error of its own for (see :func:`to_a2a`)."""
 
-REASONS: dict[str, grpc.StatusCode] = {reason: cls.code for cls, reason in _REFUSALS.values()}
+REASONS: dict[str, grpc.StatusCode] = {
+    cls.reason: grpc.StatusCode[cls.code]
+    for cls in request_errors()
+    if not issubclass(cls, _SPEC_ERRORS) and cls.code in _REFUSED
+}
 """The sidecar's reasons an A2A caller may get, with their gRPC codes (those of
-``AgentService``; a test holds the two tables together)."""
+``AgentService``: each error class names both)."""
 
 
 def to_a2a(exc: RequestError) -> A2AError:
@@ -165,9 +140,7 @@ def to_a2a(exc: RequestError) -> A2AError:
         return UnsupportedOperationError(
             "tasks are background runs, and background.enabled is off on this sidecar"
         )
-    for cls in type(exc).__mro__:
-        found = _REFUSALS.get(cls)
-        if found is not None:
-            refused, reason = found
-            return refused(reason, exc.message, exc.retry_after)
+    refused = _REFUSED.get(exc.code)
+    if refused is not None and exc.reason:
+        return refused(exc.reason, exc.message, exc.retry_after)
     return sdk.InternalError("the request could not be served")

@@ -1,6 +1,7 @@
-"""Errors to gRPC statuses: one table, canonical codes, ``google.rpc`` details.
+"""Errors to gRPC statuses: canonical codes, ``google.rpc`` details.
 
-Every status the sidecar answers with carries a ``google.rpc.Status`` in the
+Each error class names its code and reason (``sidecar.errors``); this module turns them
+into a status. Every status the sidecar answers with carries a ``google.rpc.Status`` in the
 ``grpc-status-details-bin`` trailer (``grpcio-status``): an ``ErrorInfo`` whose
 ``reason`` is stable and documented (clients branch on it, never on the message), and,
 where they apply, ``BadRequest`` field violations, ``ResourceInfo`` for the missing or
@@ -24,31 +25,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar.errors import (
-    BackgroundRunsDisabled,
-    CallbackNotAllowed,
-    CallNotPending,
-    Draining,
-    InputTooLarge,
-    InvalidRequest,
-    MalformedRequest,
-    Overloaded,
-    PermissionDenied,
-    ProfileNotFound,
-    ProfileRemoved,
-    QuotaExceeded,
-    RequestError,
-    RequestIdReused,
-    RunNotFound,
-    RunQueueFull,
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    SidecarError,
-    StreamBacklog,
-    TooManySessions,
-    Unauthenticated,
-)
+from sidecar.errors import RequestError, SidecarError, request_errors
 
 __all__ = ["DOMAIN", "REASONS", "internal_status", "to_status"]
 
@@ -64,40 +41,18 @@ class _Entry:
     reason: str
 
 
-_TABLE: dict[type[SidecarError], _Entry] = {
-    InvalidRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST"),
-    InputTooLarge: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "INPUT_TOO_LARGE"),
-    MalformedRequest: _Entry(grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_REQUEST"),
-    Unauthenticated: _Entry(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
-    PermissionDenied: _Entry(grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"),
-    SessionNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
-    ProfileNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "PROFILE_NOT_FOUND"),
-    CallNotPending: _Entry(grpc.StatusCode.NOT_FOUND, "CALL_NOT_PENDING"),
-    SessionExists: _Entry(grpc.StatusCode.ALREADY_EXISTS, "SESSION_EXISTS"),
-    RequestIdReused: _Entry(grpc.StatusCode.ALREADY_EXISTS, "REQUEST_ID_REUSED"),
-    SessionBusy: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY"),
-    ProfileRemoved: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "PROFILE_REMOVED"),
-    Draining: _Entry(grpc.StatusCode.UNAVAILABLE, "DRAINING"),
-    Overloaded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED"),
-    TooManySessions: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS"),
-    QuotaExceeded: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED"),
-    StreamBacklog: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "STREAM_BACKLOG"),
-    RunNotFound: _Entry(grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND"),
-    RunQueueFull: _Entry(grpc.StatusCode.RESOURCE_EXHAUSTED, "RUN_QUEUE_FULL"),
-    CallbackNotAllowed: _Entry(grpc.StatusCode.PERMISSION_DENIED, "CALLBACK_NOT_ALLOWED"),
-    BackgroundRunsDisabled: _Entry(grpc.StatusCode.FAILED_PRECONDITION, "BACKGROUND_RUNS_DISABLED"),
-}
 _INTERNAL = _Entry(grpc.StatusCode.INTERNAL, "INTERNAL")
 
-REASONS: dict[str, grpc.StatusCode] = {e.reason: e.code for e in (*_TABLE.values(), _INTERNAL)}
-"""Every reason the table can send, with its code (the docs and a test hold to it)."""
+REASONS: dict[str, grpc.StatusCode] = {
+    cls.reason: grpc.StatusCode[cls.code] for cls in request_errors()
+} | {_INTERNAL.reason: _INTERNAL.code}
+"""Every reason a caller can get, with its code (the docs and a test hold to it)."""
 
 
 def _entry(exc: SidecarError) -> _Entry:
-    for cls in type(exc).__mro__:
-        entry = _TABLE.get(cls)
-        if entry is not None:
-            return entry
+    """The error's own code and reason; INTERNAL for one without (a bug)."""
+    if isinstance(exc, RequestError) and exc.reason and exc.code:
+        return _Entry(grpc.StatusCode[exc.code], exc.reason)
     return _INTERNAL
 
 

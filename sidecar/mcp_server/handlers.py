@@ -47,7 +47,13 @@ from mcp.shared.exceptions import MCPError
 from sidecar.agent.agent import Agent
 from sidecar.agent.direct import CallerChannel
 from sidecar.config import McpEndpointConfig
-from sidecar.errors import Draining, PermissionDenied, ProfileNotFound, StartupError
+from sidecar.errors import (
+    Draining,
+    PermissionDenied,
+    ProfileNotFound,
+    RequestError,
+    StartupError,
+)
 from sidecar.mcp_server.agent_tool import AGENT_TOOL, AgentTool
 from sidecar.mcp_server.changes import ToolListChanges
 from sidecar.mcp_server.tasks import (
@@ -185,12 +191,17 @@ def _elicitation(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _error(exc: Exception) -> MCPError:
-    if isinstance(exc, Draining):
-        return MCPError(types.INTERNAL_ERROR, str(exc), {"reason": "DRAINING"})
-    if isinstance(exc, PermissionDenied):
-        return MCPError(types.INVALID_REQUEST, str(exc), {"reason": "PERMISSION_DENIED"})
-    return MCPError(types.INVALID_PARAMS, str(exc), {"reason": "PROFILE_NOT_FOUND"})
+_MCP_CODES = {
+    "UNAVAILABLE": types.INTERNAL_ERROR,
+    "PERMISSION_DENIED": types.INVALID_REQUEST,
+    "NOT_FOUND": types.INVALID_PARAMS,
+}
+"""The JSON-RPC error of each canonical code a call of the endpoint may meet."""
+
+
+def _error(exc: RequestError) -> MCPError:
+    code = _MCP_CODES.get(exc.code, types.INTERNAL_ERROR)
+    return MCPError(code, str(exc), {"reason": exc.reason})
 
 
 def _approval_question(tool: CatalogTool, arguments: str) -> types.ElicitRequestFormParams:

@@ -16,21 +16,25 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentsidecar.client import AgentClient
 from agentsidecar.errors import DOMAIN, ErrorDetails, error_details
 from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
+from sidecar.a2a.errors import REASONS as A2A_REASONS
+from sidecar.a2a.errors import Refused, to_a2a
 from sidecar.agent.agent import Agent
 from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.profiles import build_profiles
 from sidecar.agent.snapshot import Snapshot
 from sidecar.api.service import AgentServicer, add_to_server
-from sidecar.api.status import REASONS
+from sidecar.api.status import REASONS, to_status
 from sidecar.config import AuthConfig, ProfileConfig, SidecarConfig
 from sidecar.context.assembler import ContextAssembler
+from sidecar.errors import RequestError, request_errors
 from sidecar.security.identity import Authenticator
 from sidecar.security.tool_identity import ToolIdentity
 from sidecar.sessions.store import MemorySessionStore
@@ -245,6 +249,30 @@ async def _first_event(stream: Any) -> Any:
     async for event in stream:
         return event
     return None
+
+
+def _instance(cls: type[RequestError]) -> RequestError:
+    """An error of ``cls`` whatever its constructor asks for."""
+    exc = cls.__new__(cls)
+    RequestError.__init__(exc, f"a {cls.__name__}")
+    return exc
+
+
+@pytest.mark.parametrize("cls", list(request_errors()), ids=lambda c: c.__name__)
+def test_every_front_answers_an_error_with_the_code_and_reason_its_class_names(
+    cls: type[RequestError],
+) -> None:
+    exc = _instance(cls)
+    status = to_status(exc)
+    assert status.code == grpc.StatusCode[cls.code]
+    info = error_details_pb2.ErrorInfo()
+    [raw] = [v for k, v in status.trailing_metadata if k == "grpc-status-details-bin"]
+    assert status_pb2.Status.FromString(raw).details[0].Unpack(info)
+    assert info.reason == cls.reason and REASONS[cls.reason] == status.code
+    answer = to_a2a(exc)
+    if isinstance(answer, Refused):  # else an error of the A2A spec's own
+        assert (answer.reason, answer.code) == (cls.reason, grpc.StatusCode[cls.code])
+        assert A2A_REASONS[cls.reason] == status.code
 
 
 def test_every_reason_is_documented_in_the_proto_and_the_docs() -> None:
