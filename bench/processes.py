@@ -137,7 +137,7 @@ def sidecar(
             config["server"].update(server)
         if model is not None:
             config["model"].update(model)
-        if source is not None and "keyless" not in (source / "sidecar/config.py").read_text():
+        if source is not None and not _tree_mentions(source, "keyless"):
             del config["model"]["keyless"]  # older trees ran keyless without being told
         if auth is not None:
             config["auth"] = auth
@@ -220,3 +220,11 @@ class Worker:
             self.popen.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.popen.kill()
+
+
+def _tree_mentions(source: Path, word: str) -> bool:
+    """Whether the configuration code of the source tree ``source`` mentions ``word`` (a
+    single ``sidecar/config.py`` in older trees, a package in newer ones)."""
+    single = source / "sidecar" / "config.py"
+    files = [single] if single.exists() else sorted((source / "sidecar" / "config").glob("*.py"))
+    return any(word in f.read_text() for f in files)

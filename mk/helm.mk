@@ -9,7 +9,7 @@
 # lint-helm  hadolint over deploy/Dockerfile.
 #
 # gen-helm / check-helm regenerate / check the generated part of values.schema.json (the
-#            sidecar's config schema, from sidecar/config.py).
+#            sidecar's config schema, from sidecar/config/).
 # helm-docs / check-helm-docs regenerate / check the chart's README.md: its values table
 #            comes from the `# --` comments of values.yaml (helm-docs, from the Go module
 #            proxy into .tools/), the rest from README.md.gotmpl.
@@ -131,7 +131,7 @@ check-helm-docs: $(HELM_DOCS)
 gen-helm: install
 	$(PY) helm/tools/values_schema.py
 
-## check-helm: fail when values.schema.json is stale against sidecar/config.py.
+## check-helm: fail when values.schema.json is stale against sidecar/config/.
 check-helm: install
 	$(PY) helm/tools/values_schema.py --check
 

@@ -122,7 +122,7 @@ def main() -> int:
     if args.check:
         if current != wanted:
             print(
-                f"{SCHEMA} is stale against sidecar/config.py: run 'make gen-helm' and commit",
+                f"{SCHEMA} is stale against sidecar/config/: run 'make gen-helm' and commit",
                 file=sys.stderr,
             )
             return 1
