@@ -116,48 +116,37 @@ async def variants(
     return 0
 
 
+_CALLS: dict[str, tuple[str, Any]] = {
+    "list": ("ListVariants", lambda r: _pb.ListVariantsRequest(profile=r.profile)),
+    "set": (
+        "SetVariantWeights",
+        lambda r: _pb.SetVariantWeightsRequest(
+            profile=r.profile, weights=r.weights or {}, reason=r.reason
+        ),
+    ),
+    "promote": (
+        "PromoteVariant",
+        lambda r: _pb.PromoteVariantRequest(profile=r.profile, variant=r.variant, reason=r.reason),
+    ),
+    "rollback": (
+        "RollBackVariant",
+        lambda r: _pb.RollBackVariantRequest(profile=r.profile, variant=r.variant, reason=r.reason),
+    ),
+    "reset": (
+        "ResetVariants",
+        lambda r: _pb.ResetVariantsRequest(profile=r.profile, reason=r.reason),
+    ),
+}
+"""Each action: its method of ``VariantService``, and its request."""
+
+
 async def _call(
     stub: variants_pb2_grpc.VariantServiceStub,
     request: Request,
     metadata: tuple[tuple[str, str], ...],
 ) -> Any:
-    timeout = 10.0
-    action = request.action
-    if action == "list":
-        return await stub.ListVariants(
-            _pb.ListVariantsRequest(profile=request.profile), timeout=timeout, metadata=metadata
-        )
-    if action == "set":
-        return await stub.SetVariantWeights(
-            _pb.SetVariantWeightsRequest(
-                profile=request.profile, weights=request.weights or {}, reason=request.reason
-            ),
-            timeout=timeout,
-            metadata=metadata,
-        )
-    if action == "promote":
-        return await stub.PromoteVariant(
-            _pb.PromoteVariantRequest(
-                profile=request.profile, variant=request.variant, reason=request.reason
-            ),
-            timeout=timeout,
-            metadata=metadata,
-        )
-    if action == "rollback":
-        return await stub.RollBackVariant(
-            _pb.RollBackVariantRequest(
-                profile=request.profile, variant=request.variant, reason=request.reason
-            ),
-            timeout=timeout,
-            metadata=metadata,
-        )
-    if action == "reset":
-        return await stub.ResetVariants(
-            _pb.ResetVariantsRequest(profile=request.profile, reason=request.reason),
-            timeout=timeout,
-            metadata=metadata,
-        )
-    raise ValueError(f"unknown action {action!r}")
+    method, build = _CALLS[request.action]
+    return await getattr(stub, method)(build(request), timeout=10.0, metadata=metadata)
 
 
 def _refused(exc: grpc.aio.AioRpcError) -> None:
