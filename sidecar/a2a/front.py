@@ -41,6 +41,7 @@ from sidecar.a2a.http import CARD_PATH, application, refusal_body
 from sidecar.agent.runtime import Runtime
 from sidecar.errors import StartupError, Unauthenticated
 from sidecar.http import Door, HttpListener, OriginRule
+from sidecar.security.callers import CallerCheck
 from sidecar.security.identity import Principal
 from sidecar.security.peers import PeerCertificates
 
@@ -114,6 +115,7 @@ class A2AFront:
         self._handler: TaskHandler | None = None
         self._http: HttpListener | None = None
         self._peers = PeerCertificates()
+        self._callers = CallerCheck(lambda: runtime.snapshot.authenticator, runtime.audit)
         self.http_port: int | None = None
 
     @property
@@ -121,7 +123,11 @@ class A2AFront:
         """The operations, over the runtime's agent (made once the runtime started)."""
         if self._handler is None:
             self._handler = TaskHandler(
-                self._runtime.agent, self._settings, card=self._extended_card, push=self._push
+                self._runtime.agent,
+                self._settings,
+                card=self._extended_card,
+                push=self._push,
+                callers=self._callers,
             )
         return self._handler
 
@@ -133,14 +139,7 @@ class A2AFront:
         Raises:
             Unauthenticated: credentials are required and these name no principal.
         """
-        authenticator = self._runtime.snapshot.authenticator
-        try:
-            return authenticator.authenticate(metadata, peer)
-        except Unauthenticated as exc:
-            audit = self._runtime.audit
-            if audit.enabled:
-                audit.record("auth_failed", "", method=method, peer=where, message=exc.message)
-            raise
+        return self._callers.principal(metadata, peer, method=method, peer=where)
 
     def _extended_card(self, principal: Principal) -> a2a_pb2.AgentCard:
         assert self.cards is not None

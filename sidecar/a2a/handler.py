@@ -54,6 +54,7 @@ from sidecar.agent.agent import Agent
 from sidecar.agent.approvals import Decision
 from sidecar.config import A2AConfig, A2ASkillConfig
 from sidecar.errors import RequestError, RunNotFound, SessionExists, SessionNotFound
+from sidecar.security.callers import CallerCheck
 from sidecar.security.identity import Principal
 from sidecar.types import RunRecord, RunState
 
@@ -126,11 +127,28 @@ def _answers(
         except A2AError:
             raise
         except RequestError as exc:
+            self._refused(context, _OPERATIONS.get(method.__name__, method.__name__), exc)
             raise to_a2a(exc) from None
         except Exception as exc:
             raise _internal(exc) from None
 
     return wrapped
+
+
+_OPERATIONS = {
+    "on_message_send": "SendMessage",
+    "on_message_send_stream": "SendStreamingMessage",
+    "on_get_task": "GetTask",
+    "on_list_tasks": "ListTasks",
+    "on_cancel_task": "CancelTask",
+    "on_subscribe_to_task": "SubscribeToTask",
+    "on_create_task_push_notification_config": "CreateTaskPushNotificationConfig",
+    "on_get_task_push_notification_config": "GetTaskPushNotificationConfig",
+    "on_list_task_push_notification_configs": "ListTaskPushNotificationConfigs",
+    "on_delete_task_push_notification_config": "DeleteTaskPushNotificationConfig",
+    "on_get_extended_agent_card": "GetExtendedAgentCard",
+}
+"""The A2A operation each of the SDK's handler methods serves (for the audit record)."""
 
 
 def _streams(
@@ -149,6 +167,7 @@ def _streams(
         except A2AError:
             raise
         except RequestError as exc:
+            self._refused(context, _OPERATIONS.get(method.__name__, method.__name__), exc)
             raise to_a2a(exc) from None
         except Exception as exc:
             raise _internal(exc) from None
@@ -232,6 +251,7 @@ class TaskHandler(RequestHandler):
         settings: ``a2a`` of the configuration.
         card: The agent card a principal may see (the extended card).
         push: Whether completion callbacks can be delivered at all (some host allowed).
+        callers: Records a principal's refusals, as every front does.
     """
 
     def __init__(
@@ -241,13 +261,20 @@ class TaskHandler(RequestHandler):
         *,
         card: Callable[[Principal], a2a_pb2.AgentCard],
         push: bool,
+        callers: CallerCheck,
     ) -> None:
+        self._callers = callers
         self._agent = agent
         self._runs = agent.runs
         self._settings = settings
         self._skills = {s.skill_id: s for s in settings.skills}
         self._card = card
         self._push = push
+
+    def _refused(self, context: ServerCallContext, operation: str, exc: RequestError) -> None:
+        principal = context.state.get(PRINCIPAL)
+        if isinstance(principal, Principal):
+            self._callers.refused(principal, operation, exc)
 
     # -- messages ---------------------------------------------------------------------
 

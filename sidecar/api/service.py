@@ -33,14 +33,14 @@ from sidecar.api.stream import StreamSink
 from sidecar.errors import (
     FieldViolation,
     MalformedRequest,
-    PermissionDenied,
-    QuotaExceeded,
+    RequestError,
     SidecarError,
     StreamBacklog,
     Unauthenticated,
 )
 from sidecar.security.audit import AuditLog
-from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
+from sidecar.security.callers import CallerCheck
+from sidecar.security.identity import Authenticator, Principal
 from sidecar.types import RunOutcome, StopReason
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ def answers(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Respo
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            if isinstance(exc, PermissionDenied | QuotaExceeded):
-                self.audit_refusal(principal, handler.__name__, exc)
+            if isinstance(exc, RequestError):
+                self.callers.refused(principal, handler.__name__, exc)
             await _abort(context, exc)
             raise AssertionError("unreachable: abort raises") from None
 
@@ -99,18 +99,7 @@ class AuthenticatedServicer:
     """
 
     def __init__(self, audit: AuditLog, authenticator: Callable[[], Authenticator] | None) -> None:
-        self.authenticator = authenticator
-        self.audit = audit
-
-    def audit_refusal(self, principal: Principal, method: str, exc: SidecarError) -> None:
-        if self.audit.enabled:
-            self.audit.record(
-                "call_refused",
-                principal.name,
-                method=method,
-                error=type(exc).__name__,
-                message=exc.message,
-            )
+        self.callers = CallerCheck(authenticator, audit)
 
 
 class AgentServicer(AuthenticatedServicer):
@@ -235,8 +224,8 @@ class AgentServicer(AuthenticatedServicer):
                 principal, request.session_id, request.input, problems
             )
         except Exception as exc:
-            if isinstance(exc, PermissionDenied | QuotaExceeded):
-                self.audit_refusal(principal, "StreamRun", exc)
+            if isinstance(exc, RequestError):
+                self.callers.refused(principal, "StreamRun", exc)
             await _abort(context, exc)
             return
         structured = request.output_mode == agent_pb2.OUTPUT_MODE_STRUCTURED
@@ -432,23 +421,12 @@ def _principal(
     Raises:
         Unauthenticated: the sidecar authenticates callers and this one proved nothing.
     """
-    authenticator = servicer.authenticator() if servicer.authenticator is not None else None
-    if authenticator is None or not authenticator.enabled:
-        return ANONYMOUS
-    try:
-        return authenticator.authenticate(
-            context.invocation_metadata() or (), context.auth_context()
-        )
-    except Unauthenticated as exc:
-        if servicer.audit.enabled:
-            servicer.audit.record(
-                "auth_failed",
-                "",
-                method=method,
-                peer=context.peer(),
-                message=exc.message,
-            )
-        raise
+    return servicer.callers.principal(
+        context.invocation_metadata() or (),
+        context.auth_context(),
+        method=method,
+        peer=context.peer(),
+    )
 
 
 def _decode(request_type: Any, raw: bytes) -> Any:

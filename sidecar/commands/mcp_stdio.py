@@ -13,7 +13,7 @@ from sidecar.agent.runtime import Runtime
 from sidecar.config import SidecarConfig
 from sidecar.mcp_server import serve_stdio
 from sidecar.redaction import Redactor
-from sidecar.security.identity import ANONYMOUS
+from sidecar.security.callers import CallerCheck
 
 __all__ = ["mcp_stdio"]
 
@@ -41,11 +41,9 @@ async def mcp_stdio(
     )
     try:
         await runtime.start()
-        authenticator = runtime.snapshot.authenticator
-        principal = ANONYMOUS
-        if authenticator.enabled:
-            metadata = [("authorization", f"Bearer {token}")] if token else []
-            principal = authenticator.authenticate(metadata, {})
+        callers = CallerCheck(lambda: runtime.snapshot.authenticator, runtime.audit)
+        metadata = [("authorization", f"Bearer {token}")] if token else []
+        principal = callers.principal(metadata, {}, method="mcp-stdio", peer="stdio")
         await runtime.ready()
         await serve_stdio(runtime, principal)
     finally:

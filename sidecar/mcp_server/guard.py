@@ -25,7 +25,8 @@ from mcp.server.auth.provider import AccessToken
 from agentsidecar.addresses import is_loopback
 from sidecar.errors import Unauthenticated
 from sidecar.security.audit import AuditLog
-from sidecar.security.identity import ANONYMOUS, Authenticator, Principal
+from sidecar.security.callers import CallerCheck
+from sidecar.security.identity import Authenticator, Principal
 from sidecar.security.peers import PeerCertificates
 
 __all__ = ["PRINCIPAL", "Guard", "refuse"]
@@ -66,8 +67,7 @@ class Guard:
         peers: PeerCertificates | None = None,
     ) -> None:
         self._app = app
-        self._authenticator = authenticator
-        self._audit = audit
+        self._callers = CallerCheck(authenticator, audit)
         self._origins = frozenset(o.rstrip("/") for o in allowed_origins)
         self._loopback = loopback
         self._peers = peers
@@ -85,13 +85,16 @@ class Guard:
         if self._loopback and not is_loopback(_host_of(headers.get("host", ""))):
             await refuse(send, 421, "the Host header must name this loopback endpoint")
             return
+        token = headers.get("authorization")
+        client = scope.get("client")
         try:
-            principal = self._principal(headers, scope)
+            principal = self._callers.principal(
+                [("authorization", token)] if token is not None else [],
+                self._peers.identity(scope) if self._peers is not None else {},
+                method="mcp",
+                peer=f"{client[0]}:{client[1]}" if client else "",
+            )
         except Unauthenticated as exc:
-            if self._audit.enabled:
-                client = scope.get("client")
-                peer = f"{client[0]}:{client[1]}" if client else ""
-                self._audit.record("auth_failed", "", method="mcp", peer=peer, message=exc.message)
             await refuse(send, 401, exc.message, {"www-authenticate": "Bearer"})
             return
         scope.setdefault("state", {})[PRINCIPAL] = principal
@@ -114,15 +117,6 @@ class Guard:
         if parts.hostname is not None and is_loopback(parts.hostname):
             return True
         return origin.rstrip("/") in self._origins
-
-    def _principal(self, headers: dict[str, str], scope: Scope) -> Principal:
-        authenticator = self._authenticator()
-        if not authenticator.enabled:
-            return ANONYMOUS
-        token = headers.get("authorization")
-        metadata = [("authorization", token)] if token is not None else []
-        peer = self._peers.identity(scope) if self._peers is not None else {}
-        return authenticator.authenticate(metadata, peer)
 
 
 async def refuse(

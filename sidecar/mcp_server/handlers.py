@@ -63,6 +63,7 @@ from sidecar.mcp_server.tasks import (
     TaskLimit,
     missing_extension,
 )
+from sidecar.security.callers import CallerCheck
 from sidecar.security.identity import Principal
 from sidecar.tools.catalog import CatalogTool
 from sidecar.tools.link import InputRelay
@@ -277,6 +278,7 @@ def build_server(
         ready: Awaited before a list or a call is answered: the tools are known.
     """
     profile = config.profile
+    callers = CallerCheck(None, agent.audit)  # the caller is named by then: refusals only
     task_tools = config.tasks.tools
     agent_tool = AgentTool(agent, profile) if config.agent_tool else None
     pending: set[asyncio.Task[None]] = set()
@@ -295,6 +297,7 @@ def build_server(
         try:
             offered = agent.direct.tools(principal, profile)
         except (PermissionDenied, ProfileNotFound) as exc:
+            callers.refused(principal, "tools/list", exc)
             raise _error(exc) from None
         tools = [
             types.Tool(
@@ -317,6 +320,7 @@ def build_server(
                 principal, profile, name, arguments, timeout=timeout, channel=channel
             )
         except (Draining, PermissionDenied, ProfileNotFound) as exc:
+            callers.refused(principal, "tools/call", exc)
             raise _error(exc) from None
         if outcome.status is ToolCallStatus.UNKNOWN_TOOL:
             raise MCPError(types.INVALID_PARAMS, outcome.content)

@@ -4,6 +4,7 @@ connections. One sidecar of its own: a principal with no skill's profile, tight 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,17 @@ MAX_CONNECTIONS = 8
 
 
 @pytest.fixture(scope="module")
-def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    auth = {"principals": [{"name": "carol", "token_env": "CAROL_TOKEN", "profiles": ["other"]}]}
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sidecar")
+
+
+@pytest.fixture(scope="module")
+def side(workdir: Path) -> Iterator[ServerProcess]:
+    path = workdir
+    auth = {
+        "principals": [{"name": "carol", "token_env": "CAROL_TOKEN", "profiles": ["other"]}],
+        "audit": {"path": str(path / "audit.jsonl")},
+    }
     http = {"port": 0, "limits": {"read_timeout": 0.5, "max_connections": MAX_CONNECTIONS}}
     with simulator() as sim:
         config: dict[str, Any] = sidecar_config(
@@ -34,12 +44,13 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             auth=auth,
             a2a={"skills": A2A_SKILLS, "http": http},
         )
-        path: Path = tmp_path_factory.mktemp("sidecar")
         with sidecar(config, path, env={"CAROL_TOKEN": CAROL}) as process:
             yield process
 
 
-def test_a_refusal_keeps_its_json_rpc_code_and_the_sidecars_reason(side: ServerProcess) -> None:
+def test_a_refusal_keeps_its_json_rpc_code_and_the_sidecars_reason(
+    side: ServerProcess, workdir: Path
+) -> None:
     base = "http://" + side.announced("a2a http on ")
     message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "two reads"}]}
     body = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": message}}
@@ -51,6 +62,12 @@ def test_a_refusal_keeps_its_json_rpc_code_and_the_sidecars_reason(side: ServerP
     assert info["metadata"]["reason"] == "PERMISSION_DENIED"
     assert info["metadata"]["domain"] == "agentsidecar.v1"
     assert "validation error" not in answer.text
+    # Refused as on every front, and recorded alike.
+    audit = [json.loads(line) for line in (workdir / "audit.jsonl").read_text().splitlines()]
+    refused = [r for r in audit if r["event"] == "call_refused"]
+    assert refused and refused[-1]["principal"] == "carol"
+    assert refused[-1]["method"] == "SendMessage"
+    assert refused[-1]["error"] == "PermissionDenied"
 
 
 async def test_the_grpc_binding_refuses_another_a2a_version(side: ServerProcess) -> None:

@@ -138,6 +138,11 @@ async def test_callers_are_the_grpc_ports_principals_and_their_identity_reaches_
     assert refused.value.error.data == {"reason": "PERMISSION_DENIED"}
     lines = [json.loads(line) for line in audit.read_text().splitlines()]
     assert any(r["event"] == "auth_failed" and r["method"] == "mcp" for r in lines)
+    # A refusal is recorded as on every front.
+    assert any(
+        r["event"] == "call_refused" and r["principal"] == "bob" and r["method"] == "tools/list"
+        for r in lines
+    )
     calls = [r for r in lines if r["event"] == "tool_call" and r["tool"] == "whoami"]
     assert calls and calls[-1]["principal"] == "alice" and calls[-1]["server"] == "edge"
 
