@@ -2,7 +2,7 @@
 
 One table, as data, so that every decision about a model name reads the same facts:
 
-- the price table (``sidecar.agent.cost``) takes each entry's list price, with the page
+- the price table (``sidecar.agent.prices``) takes each entry's list price, with the page
   it was read from and the date; a model without one is *unpriced*: its runs report no
   cost rather than a guessed one;
 - the request builder (``sidecar.llm.openai_model``) sends reasoning parameters only to

@@ -7,8 +7,8 @@ speaks gRPC or imports generated code.
 
 from sidecar.agent.agent import DEFAULT_RUN_TIMEOUT, Agent, ClaimedTurn, SessionPage
 from sidecar.agent.approvals import Decision
-from sidecar.agent.recorder import Recorder
-from sidecar.agent.rerun import RerunPlan, rerun
+from sidecar.agent.replay.recorder import Recorder
+from sidecar.agent.replay.rerun import RerunPlan, rerun
 from sidecar.agent.runtime import Runtime
 from sidecar.agent.scope import RunScope
 from sidecar.agent.snapshot import Snapshot

@@ -19,10 +19,10 @@ from sidecar.agent.conversations import Conversations, SessionPage
 from sidecar.agent.direct import DirectCalls
 from sidecar.agent.limits import id_problems, reason_problems, refuse
 from sidecar.agent.loop import AgentLoop
-from sidecar.agent.recorder import Recorder
+from sidecar.agent.replay.recorder import Recorder
 from sidecar.agent.runs import BackgroundRuns
 from sidecar.agent.snapshot import Snapshot
-from sidecar.agent.speculation import Speculation
+from sidecar.agent.speculation.prefetch import Speculation
 from sidecar.agent.turns import DEFAULT_RUN_TIMEOUT, ClaimedTurn, Turns
 from sidecar.config import BackgroundConfig, LightPathConfig
 from sidecar.errors import CallNotPending, FieldViolation

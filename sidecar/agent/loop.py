@@ -4,7 +4,7 @@ the tools it asked for), until an answer, a limit, or the run's time runs out.
 Each stop condition has its own :class:`~sidecar.types.StopReason`. The loop never raises
 for a model or tool failure: the run ends with an outcome that says what happened. Only
 cancellation propagates, after cancelling every tool call in flight. With a cost guard
-(:mod:`sidecar.agent.spend`), each model call is priced before it is made, and one the run
+(:mod:`sidecar.agent.cost_guard`), each model call is priced before it is made, and one the run
 cannot pay for ends it, between calls.
 """
 

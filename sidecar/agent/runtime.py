@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from sidecar.agent.agent import Agent
-from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.models import ModelRoster
+from sidecar.agent.prices import PriceTable
 from sidecar.agent.profiles import LightPath, Profile, build_profiles
-from sidecar.agent.recorder import Recorder
+from sidecar.agent.replay.recorder import Recorder
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variant_control import VariantControl
 from sidecar.agent.variants import RunModels

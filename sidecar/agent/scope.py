@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sidecar.agent.cost_guard import RunSpend
 from sidecar.agent.profiles import Profile
-from sidecar.agent.spend import RunSpend
 from sidecar.agent.variants import RunModels
 from sidecar.tools.dispatch import (
     Approver,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sidecar.agent.cost import PriceTable
+from sidecar.agent.prices import PriceTable
 from sidecar.agent.profiles import LightPath, Profile
 from sidecar.agent.variants import VariantRouter
 from sidecar.config import SidecarConfig

@@ -14,7 +14,7 @@
 4. **Store** (also when the caller left), **price**, **release** (admission, quotas, the
    running registry); then what only observes a finished turn is told of it: the audit
    record, the variant router, telemetry, and the recorder (a turn drawn for recording
-   or a shadow variant, :mod:`~sidecar.agent.recorder`).
+   or a shadow variant, :mod:`~sidecar.agent.replay.recorder`).
 
 A claimed turn that never runs (its caller left first) is released by :meth:`Turns.abandon`.
 
@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Protocol
 from sidecar.agent.admission import Admission, Running
 from sidecar.agent.approvals import Approvals
 from sidecar.agent.conversations import Conversations
+from sidecar.agent.cost_guard import DailySpend, RunSpend
 from sidecar.agent.limits import check_input, id_problems, input_problems, refuse
 from sidecar.agent.loop import AgentLoop, RunResultWithMessages
 from sidecar.agent.profiles import LightPath, Profile
-from sidecar.agent.recorder import Recorder, TurnRecording
+from sidecar.agent.replay.recorder import Recorder, TurnRecording
 from sidecar.agent.scope import Progress, RunScope
 from sidecar.agent.snapshot import Snapshot
-from sidecar.agent.speculation import Speculation
-from sidecar.agent.spend import DailySpend, RunSpend
+from sidecar.agent.speculation.prefetch import Speculation
 from sidecar.agent.variants import RunModels, Variant, VariantRouter, judged
 from sidecar.context.calibration import TokenCalibration
 from sidecar.context.window import Window

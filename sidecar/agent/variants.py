@@ -4,7 +4,7 @@ A profile's variants share its new sessions by weight; a session keeps the varia
 first turn ran on (the variant is stored with every turn), so a conversation never
 changes model mid-way. The first variant is the stable one; the others are canaries, or
 shadows: a shadow variant takes no session, it runs copies of live turns
-(``sidecar.agent.shadow``), and becomes a canary when its ``shadow`` key is removed.
+(``sidecar.agent.replay.shadow``), and becomes a canary when its ``shadow`` key is removed.
 
 Each finished run is recorded against its variant: its duration, and whether it failed,
 which is every way a run ends that a sound model would not end it (a model error, an

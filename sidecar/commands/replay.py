@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agentsidecar.v1 import tool_pb2
-from sidecar.agent.judge import judge
-from sidecar.agent.rerun import RerunPlan, answered_from, rerun
+from sidecar.agent.replay.judge import judge
+from sidecar.agent.replay.rerun import RerunPlan, answered_from, rerun
 from sidecar.agent.runtime import Runtime
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import RunModels

@@ -1,7 +1,7 @@
 """Recorded turns: their format, the files they are kept in, the results they answer tool
 calls with, and how a new run of a turn compares with its recording.
 
-A turn is recorded by the agent (``sidecar.agent.recorder``) as one JSON document
+A turn is recorded by the agent (``sidecar.agent.replay.recorder``) as one JSON document
 (:mod:`~sidecar.recording.format`, versioned and documented in ``docs/replay.md``),
 appended to a file of a bounded directory (:mod:`~sidecar.recording.files`). A replay or
 a shadow variant runs the turn again with its tool calls answered from the recording

@@ -6,10 +6,10 @@ claims each one (:meth:`Dispatcher.run_step`) rather than run it again:
 - :class:`EarlyCalls`: while the model streams its answer, a read-only call starts as soon
   as its arguments are complete, before the model has written the calls after it.
 - :class:`Prefetch`: before the model has answered at all, read-only idempotent calls it is
-  very likely to ask for (predicted from the run's input: :mod:`sidecar.agent.prediction`)
-  start while it thinks. A speculated call the model then asks for, with the same
-  arguments, is answered from the speculation; the others are cancelled and counted as
-  waste.
+  very likely to ask for (predicted from the run's input:
+  :mod:`sidecar.agent.speculation.prediction`) start while it thinks. A speculated call
+  the model then asks for, with the same arguments, is answered from the speculation; the
+  others are cancelled and counted as waste.
 
 Only calls that cannot change anything start ahead: the tool is read-only (for a
 speculation, also idempotent: a call the model never makes must be harmless to make), it

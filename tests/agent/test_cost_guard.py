@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from agentsidecar.client import AgentClient
 from agentsidecar.errors import error_details
 from agentsidecar.v1 import agent_pb2
-from sidecar.agent.cost import PriceTable
-from sidecar.agent.spend import RunSpend
+from sidecar.agent.cost_guard import RunSpend
+from sidecar.agent.prices import PriceTable
 from sidecar.config import PriceConfig
 from sidecar.testing import PostgresServer, ServerProcess, create_database, drop_database
 from sidecar.types import Usage

@@ -24,7 +24,7 @@ import yaml
 
 from agentsidecar.client import AgentClient
 from sidecar import testing
-from sidecar.agent.judge import JUDGE_PROMPT
+from sidecar.agent.replay.judge import JUDGE_PROMPT
 from sidecar.testing import ServerProcess
 from tests.support.stack import (
     MODEL,
@@ -75,7 +75,7 @@ CANDIDATE_SCENARIO = [
 
 
 def _judge_question(request: str, recorded: str, replayed: str) -> str:
-    """The user message the judge is sent (``sidecar.agent.judge``)."""
+    """The user message the judge is sent (``sidecar.agent.replay.judge``)."""
     return f"Request:\n{request}\n\nAnswer A:\n{recorded}\n\nAnswer B:\n{replayed}"
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from agentsidecar.client import AgentClient
 from agentsidecar.v1 import agent_pb2
-from sidecar.agent.prediction import Predictor, tokens
+from sidecar.agent.speculation.prediction import Predictor, tokens
 from sidecar.config import parse_config
 from sidecar.errors import ConfigError
 from sidecar.testing import ServerProcess

@@ -26,8 +26,8 @@ from agentsidecar.v1 import agent_pb2, agent_pb2_grpc
 from sidecar.a2a.errors import REASONS as A2A_REASONS
 from sidecar.a2a.errors import Refused, to_a2a
 from sidecar.agent.agent import Agent
-from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.prices import PriceTable
 from sidecar.agent.profiles import build_profiles
 from sidecar.agent.snapshot import Snapshot
 from sidecar.api.service import AgentServicer, add_to_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from sidecar.agent.cost import PriceTable
+from sidecar.agent.prices import PriceTable
 from sidecar.catalog import CATALOG, retired_names
 from sidecar.commands.cli import main
 from sidecar.commands.report import bills, load, percentile

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.agent.capture import RunCapture
 from sidecar.agent.loop import AgentLoop
-from sidecar.agent.recorder import Recorder
+from sidecar.agent.replay.capture import RunCapture
+from sidecar.agent.replay.recorder import Recorder
 from sidecar.config import RecordingConfig, ReplayConfig, ReplayThresholds
 from sidecar.errors import ModelError
 from sidecar.llm.model import ModelRequest, ModelResponse
@@ -325,7 +325,7 @@ class _Judge:
 async def test_a_judge_gives_a_verdict_only_when_it_says_one(
     says: str | None, verdict: bool | None
 ) -> None:
-    from sidecar.agent.judge import judge
+    from sidecar.agent.replay.judge import judge
 
     model = _Judge(says)
     assert await judge(model, "where is it?", "in Paris", "Paris", timeout=5) is verdict

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.agent.capture import RunCapture
-from sidecar.agent.cost import PriceTable
 from sidecar.agent.loop import AgentLoop
+from sidecar.agent.prices import PriceTable
 from sidecar.agent.profiles import Profile
+from sidecar.agent.replay.capture import RunCapture
 from sidecar.agent.scope import RunScope
 from sidecar.agent.variants import RunModels
 from sidecar.recording.answers import RecordedAnswers

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from sidecar.agent.cost import PriceTable
+from sidecar.agent.prices import PriceTable
 from sidecar.errors import QuotaExceeded
 from sidecar.security.identity import Principal
 from sidecar.sessions.store import SessionStore

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.agent.capture import RunCapture
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.profiles import Profile
-from sidecar.agent.shadow import Shadows
+from sidecar.agent.replay.capture import RunCapture
+from sidecar.agent.replay.shadow import Shadows
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import Variant, VariantRouter
 from sidecar.config import RecordingConfig, ReplayConfig

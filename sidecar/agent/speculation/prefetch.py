@@ -1,7 +1,7 @@
 """Speculative prefetch, the agent's part: learn each profile's rules, predict a run's calls.
 
 For every profile with ``speculation.enabled``, :class:`Speculation` learns a
-:class:`~sidecar.agent.prediction.Predictor` from the latest turns of the profile's
+:class:`~sidecar.agent.speculation.prediction.Predictor` from the latest turns of the profile's
 sessions in the session store (so replicas sharing a store learn from each other's turns),
 at start and every ``relearn_interval`` seconds, in a thread (it is pure computing). A run
 of such a profile asks it for the calls its input predicts; the loop starts them while the
@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import orjson
 
-from sidecar.agent.prediction import Predictor
 from sidecar.agent.profiles import Profile
+from sidecar.agent.speculation.prediction import Predictor
 from sidecar.config import SidecarConfig
 from sidecar.periodic import Periodic
 from sidecar.sessions.store import SessionStore

@@ -22,7 +22,7 @@ from typing import Any
 
 from sidecar.agent.loop import AgentLoop
 from sidecar.agent.profiles import Profile
-from sidecar.agent.rerun import RerunPlan, answered_from, rerun
+from sidecar.agent.replay.rerun import RerunPlan, answered_from, rerun
 from sidecar.agent.snapshot import Snapshot
 from sidecar.agent.variants import Variant
 from sidecar.config import ReplayConfig
