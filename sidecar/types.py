@@ -404,6 +404,83 @@ class RunStart:
     """The profile's path it takes."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """A resumed run's first event: the step it goes on from, and its attempt."""
+
+    step: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """More of the answer's text."""
+
+    step: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    step: int
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequired:
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: str
+    destructive: bool
+    question: ToolQuestion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallProgress:
+    step: int
+    call_id: str
+    tool_name: str
+    progress: float
+    total: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished:
+    step: int
+    stages: list[Stage]
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExceeded:
+    overrun: BudgetOverrun
+
+
+RunEvent = (
+    RunStart
+    | RunResumed
+    | TextDelta
+    | ToolCallStarted
+    | ToolCallFinished
+    | ApprovalRequired
+    | ToolCallProgress
+    | StepFinished
+    | BudgetExceeded
+)
+"""A run's events as a background run stores them: each :class:`EventSink` call (reasoning
+aside, which is streamed live only) and the first event of each attempt."""
+
+
 class EventSink(Protocol):
     """Receives a run's events as they happen. Streaming callers get one; others don't,
     and then no event is ever built."""

@@ -23,7 +23,6 @@ from sidecar.types import (
     BudgetOverrun,
     CacheResult,
     ModelCallDetail,
-    PendingApproval,
     RunCost,
     RunOutcome,
     RunRecord,
@@ -191,6 +190,53 @@ def tool_question(q: ToolQuestion) -> agent_pb2.ToolQuestion:
     )
 
 
+def text_delta(step: int, text: str) -> agent_pb2.TextDelta:
+    return agent_pb2.TextDelta(step=step, text=text)
+
+
+def tool_call_started(
+    step: int, call_id: str, tool_name: str, arguments: str
+) -> agent_pb2.ToolCallStarted:
+    return agent_pb2.ToolCallStarted(
+        step=step, call_id=call_id, tool_name=tool_name, arguments=arguments
+    )
+
+
+def approval_required(
+    step: int,
+    call_id: str,
+    tool_name: str,
+    arguments: str,
+    destructive: bool,
+    question: ToolQuestion | None,
+) -> agent_pb2.ApprovalRequired:
+    return agent_pb2.ApprovalRequired(
+        step=step,
+        call_id=call_id,
+        tool_name=tool_name,
+        arguments=arguments,
+        destructive=destructive,
+        question=tool_question(question) if question is not None else None,
+    )
+
+
+def tool_call_progress(
+    step: int, call_id: str, tool_name: str, progress: float, total: float | None, message: str
+) -> agent_pb2.ToolCallProgress:
+    return agent_pb2.ToolCallProgress(
+        step=step,
+        call_id=call_id,
+        tool_name=tool_name,
+        progress=progress,
+        total=total or 0.0,
+        message=message,
+    )
+
+
+def step_finished(step: int, stages: list[Stage], total: float) -> agent_pb2.StepFinished:
+    return agent_pb2.StepFinished(step=step, timeline=timeline(stages, total))
+
+
 def run_started(start: RunStart) -> agent_pb2.RunStarted:
     return agent_pb2.RunStarted(
         session_id=start.session_id,
@@ -251,16 +297,6 @@ def session(s: Session) -> agent_pb2.Session:
     )
 
 
-def approval_required(p: PendingApproval) -> agent_pb2.ApprovalRequired:
-    return agent_pb2.ApprovalRequired(
-        step=p.step,
-        call_id=p.call_id,
-        tool_name=p.tool_name,
-        arguments=p.arguments,
-        destructive=p.destructive,
-    )
-
-
 def run(r: RunRecord, session_id: str, *, with_result: bool = False) -> agent_pb2.Run:
     """A background run as a message; ``session_id`` the id its caller knows. Its result,
     stored as ``RunResult`` bytes, is parsed only ``with_result``."""
@@ -273,7 +309,10 @@ def run(r: RunRecord, session_id: str, *, with_result: bool = False) -> agent_pb
         update_time=timestamp(r.update_time),
         end_time=timestamp(r.end_time) if r.end_time else None,
         last_sequence=r.last_sequence,
-        pending_approvals=[approval_required(p) for p in r.pending],
+        pending_approvals=[
+            approval_required(p.step, p.call_id, p.tool_name, p.arguments, p.destructive, None)
+            for p in r.pending
+        ],
         callback_status=_enum(r.callback_status),
         attempts=r.attempts,
         output_mode=agent_pb2.OUTPUT_MODE_STRUCTURED

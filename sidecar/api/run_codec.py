@@ -9,20 +9,23 @@ readable as the messages grow.
 
 from __future__ import annotations
 
-from typing import Any
-
 from google.protobuf import json_format
 
 from agentsidecar.v1 import agent_pb2
 from sidecar.api import convert
 from sidecar.types import (
-    BudgetOverrun,
+    ApprovalRequired,
+    BudgetExceeded,
+    RunEvent,
     RunOutcome,
     RunRecord,
+    RunResumed,
     RunStart,
-    Stage,
-    ToolOutcome,
-    ToolQuestion,
+    StepFinished,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallProgress,
+    ToolCallStarted,
 )
 
 __all__ = ["GrpcRunCodec", "watch_response"]
@@ -59,88 +62,54 @@ def watch_response(event: bytes) -> bytes:
 class GrpcRunCodec:
     """:class:`~sidecar.agent.runs.RunCodec` of the gRPC front."""
 
-    def event(
-        self, run_id: str, sequence: int, kind: str, args: tuple[Any, ...], cap: int
-    ) -> bytes:
-        payload = getattr(self, f"_{kind}")(cap, *args)
-        message = agent_pb2.StreamRunResponse(run_id=run_id, sequence=sequence, **{kind: payload})
+    def event(self, run_id: str, sequence: int, event: RunEvent, cap: int) -> bytes:
+        message = agent_pb2.StreamRunResponse(run_id=run_id, sequence=sequence)
+        # The same messages a streamed run sends (sidecar.api.convert), text cut at ``cap``.
+        match event:
+            case RunStart():
+                message.run_started.CopyFrom(convert.run_started(event))
+            case RunResumed(step=step, attempt=attempt):
+                message.run_resumed.SetInParent()
+                message.run_resumed.step, message.run_resumed.attempt = step, attempt
+            case TextDelta(step=step, text=text):
+                message.text_delta.CopyFrom(convert.text_delta(step, _cap(text, cap)))
+            case ToolCallStarted():
+                message.tool_call_started.CopyFrom(
+                    convert.tool_call_started(
+                        event.step, event.call_id, event.tool_name, _cap(event.arguments, cap)
+                    )
+                )
+            case ToolCallFinished(step=step, outcome=outcome):
+                finished = convert.tool_call_finished(step, outcome)
+                finished.content = _cap(finished.content, cap)
+                message.tool_call_finished.CopyFrom(finished)
+            case ApprovalRequired():
+                message.approval_required.CopyFrom(
+                    convert.approval_required(
+                        event.step,
+                        event.call_id,
+                        event.tool_name,
+                        _cap(event.arguments, cap),
+                        event.destructive,
+                        event.question,
+                    )
+                )
+            case ToolCallProgress():
+                message.tool_call_progress.CopyFrom(
+                    convert.tool_call_progress(
+                        event.step,
+                        event.call_id,
+                        event.tool_name,
+                        event.progress,
+                        event.total,
+                        _cap(event.message, cap),
+                    )
+                )
+            case StepFinished(step=step, stages=stages, total=total):
+                message.step_finished.CopyFrom(convert.step_finished(step, stages, total))
+            case BudgetExceeded(overrun=overrun):
+                message.budget_exceeded.CopyFrom(convert.budget_exceeded(overrun))
         return message.SerializeToString()
-
-    @staticmethod
-    def _run_started(cap: int, start: RunStart) -> agent_pb2.RunStarted:
-        return convert.run_started(start)
-
-    @staticmethod
-    def _run_resumed(cap: int, step: int, attempt: int) -> agent_pb2.RunResumed:
-        return agent_pb2.RunResumed(step=step, attempt=attempt)
-
-    @staticmethod
-    def _text_delta(cap: int, step: int, text: str) -> agent_pb2.TextDelta:
-        return agent_pb2.TextDelta(step=step, text=_cap(text, cap))
-
-    @staticmethod
-    def _tool_call_started(
-        cap: int, step: int, call_id: str, tool_name: str, arguments: str
-    ) -> agent_pb2.ToolCallStarted:
-        return agent_pb2.ToolCallStarted(
-            step=step, call_id=call_id, tool_name=tool_name, arguments=_cap(arguments, cap)
-        )
-
-    @staticmethod
-    def _tool_call_finished(
-        cap: int, step: int, outcome: ToolOutcome
-    ) -> agent_pb2.ToolCallFinished:
-        message = convert.tool_call_finished(step, outcome)
-        message.content = _cap(message.content, cap)
-        return message
-
-    @staticmethod
-    def _approval_required(
-        cap: int,
-        step: int,
-        call_id: str,
-        tool_name: str,
-        arguments: str,
-        destructive: bool,
-        question: ToolQuestion | None = None,
-    ) -> agent_pb2.ApprovalRequired:
-        return agent_pb2.ApprovalRequired(
-            step=step,
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=_cap(arguments, cap),
-            destructive=destructive,
-            question=convert.tool_question(question) if question is not None else None,
-        )
-
-    @staticmethod
-    def _tool_call_progress(
-        cap: int,
-        step: int,
-        call_id: str,
-        tool_name: str,
-        progress: float,
-        total: float | None,
-        message: str,
-    ) -> agent_pb2.ToolCallProgress:
-        return agent_pb2.ToolCallProgress(
-            step=step,
-            call_id=call_id,
-            tool_name=tool_name,
-            progress=progress,
-            total=total or 0.0,
-            message=_cap(message, cap),
-        )
-
-    @staticmethod
-    def _step_finished(
-        cap: int, step: int, stages: list[Stage], total: float
-    ) -> agent_pb2.StepFinished:
-        return agent_pb2.StepFinished(step=step, timeline=convert.timeline(stages, total))
-
-    @staticmethod
-    def _budget_exceeded(cap: int, overrun: BudgetOverrun) -> agent_pb2.BudgetExceeded:
-        return convert.budget_exceeded(overrun)
 
     def result(self, outcome: RunOutcome) -> bytes:
         return convert.run_result(outcome).SerializeToString()

@@ -134,10 +134,10 @@ class StreamSink:
 
     def text_delta(self, step: int, text: str) -> None:
         if len(text) <= _DELTA_PIECE:
-            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text))
+            self.put(text_delta=convert.text_delta(step, text))
             return
         for at in range(0, len(text), _DELTA_PIECE):
-            self.put(text_delta=agent_pb2.TextDelta(step=step, text=text[at : at + _DELTA_PIECE]))
+            self.put(text_delta=convert.text_delta(step, text[at : at + _DELTA_PIECE]))
 
     def reasoning_delta(self, step: int, text: str) -> None:
         for at in range(0, len(text), _DELTA_PIECE):
@@ -145,11 +145,7 @@ class StreamSink:
             self.put(reasoning_delta=agent_pb2.ReasoningDelta(step=step, text=piece))
 
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
-        self.put(
-            tool_call_started=agent_pb2.ToolCallStarted(
-                step=step, call_id=call_id, tool_name=tool_name, arguments=arguments
-            )
-        )
+        self.put(tool_call_started=convert.tool_call_started(step, call_id, tool_name, arguments))
 
     def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None:
         self.put(tool_call_finished=convert.tool_call_finished(step, outcome))
@@ -164,13 +160,8 @@ class StreamSink:
         question: ToolQuestion | None = None,
     ) -> None:
         self.put(
-            approval_required=agent_pb2.ApprovalRequired(
-                step=step,
-                call_id=call_id,
-                tool_name=tool_name,
-                arguments=arguments,
-                destructive=destructive,
-                question=convert.tool_question(question) if question is not None else None,
+            approval_required=convert.approval_required(
+                step, call_id, tool_name, arguments, destructive, question
             )
         )
 
@@ -184,22 +175,13 @@ class StreamSink:
         message: str,
     ) -> None:
         self.put(
-            tool_call_progress=agent_pb2.ToolCallProgress(
-                step=step,
-                call_id=call_id,
-                tool_name=tool_name,
-                progress=progress,
-                total=total or 0.0,
-                message=message,
+            tool_call_progress=convert.tool_call_progress(
+                step, call_id, tool_name, progress, total, message
             )
         )
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
-        self.put(
-            step_finished=agent_pb2.StepFinished(
-                step=step, timeline=convert.timeline(stages, total)
-            )
-        )
+        self.put(step_finished=convert.step_finished(step, stages, total))
 
     def budget_exceeded(self, overrun: BudgetOverrun) -> None:
         self.put(budget_exceeded=convert.budget_exceeded(overrun))

@@ -8,9 +8,9 @@ plain events, in the order the run produced them, with the sequence each is stor
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-from sidecar.types import RunOutcome, RunRecord
+from sidecar.types import RunEvent, RunOutcome, RunRecord
 
 __all__ = ["RunCodec"]
 
@@ -18,13 +18,9 @@ __all__ = ["RunCodec"]
 class RunCodec(Protocol):
     """Encodes a background run's events, its result and its callback's body."""
 
-    def event(
-        self, run_id: str, sequence: int, kind: str, args: tuple[Any, ...], cap: int
-    ) -> bytes:
-        """One event. ``kind`` names an ``EventSink`` method (``text_delta``,
-        ``tool_call_started`` ...) or ``run_started`` (a :class:`~sidecar.types.RunStart`)
-        or ``run_resumed`` (step, attempt); ``args`` are its arguments. Text
-        fields beyond ``cap`` bytes are cut with a marker saying how much."""
+    def event(self, run_id: str, sequence: int, event: RunEvent, cap: int) -> bytes:
+        """One event (:data:`~sidecar.types.RunEvent`). Text fields beyond ``cap`` bytes
+        are cut with a marker saying how much."""
         ...
 
     def result(self, outcome: RunOutcome) -> bytes:

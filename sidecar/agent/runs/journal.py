@@ -33,14 +33,24 @@ from sidecar.sessions.runs import RunChange, RunStore
 from sidecar.sessions.store import SessionStore
 from sidecar.tools.catalog import CatalogTool
 from sidecar.types import (
+    ApprovalRequired,
+    BudgetExceeded,
     BudgetOverrun,
     EventSink,
     PendingApproval,
+    RunEvent,
     RunOutcome,
     RunRecord,
+    RunResumed,
+    RunStart,
     RunState,
     Stage,
+    StepFinished,
+    TextDelta,
     ToolCall,
+    ToolCallFinished,
+    ToolCallProgress,
+    ToolCallStarted,
     ToolOutcome,
     ToolQuestion,
     Turn,
@@ -98,7 +108,7 @@ class Journal:
         self.time_allowed = settings.run_timeout
         self.resume = resume
         self.awaiting = awaiting or _may_wait
-        self._events: list[tuple[str, tuple[Any, ...]]] = []  # not yet numbered
+        self._events: list[RunEvent] = []  # not yet numbered
         self._outbox: list[tuple[int, bytes]] = []  # numbered, not yet stored
         self._sequence = run.last_sequence
         self._state = run.state
@@ -120,11 +130,11 @@ class Journal:
 
     # -- writes -----------------------------------------------------------------------
 
-    async def open(self, kind: str, *args: Any) -> bool:
-        """Store the attempt's first event (``run_started`` or ``run_resumed``) with the
-        run WORKING; False when the run is no longer this replica's."""
+    async def open(self, first: RunStart | RunResumed) -> bool:
+        """Store the attempt's first event with the run WORKING; False when the run is no
+        longer this replica's."""
         self._state, self._state_changed = RunState.WORKING, True
-        self._events.append((kind, args))
+        self._events.append(first)
         return await self._write()
 
     async def _write(self, **extra: Any) -> bool:
@@ -164,9 +174,9 @@ class Journal:
 
     def _number(self) -> None:
         cap = self._settings.max_event_bytes
-        for kind, args in self._events:
+        for event in self._events:
             self._sequence += 1
-            data = self._codec.event(self.run.run_id, self._sequence, kind, args, cap)
+            data = self._codec.event(self.run.run_id, self._sequence, event, cap)
             self._outbox.append((self._sequence, data))
         self._events.clear()
 
@@ -220,10 +230,10 @@ class Journal:
 
     # -- the loop's events (EventSink) ----------------------------------------------------
 
-    def _add(self, kind: str, *args: Any) -> None:
+    def _add(self, event: RunEvent) -> None:
         if self.lost:
             return
-        self._events.append((kind, args))
+        self._events.append(event)
         self._soon()
 
     def text_delta(self, step: int, text: str) -> None:
@@ -231,23 +241,23 @@ class Journal:
             return  # the result holds the whole answer; other events still go
         piece = self._settings.max_event_bytes // 4  # characters that surely fit
         last = self._events[-1] if self._events else None
-        if last is not None and last[0] == "text_delta" and last[1][0] == step:
-            merged = last[1][1] + text
+        if isinstance(last, TextDelta) and last.step == step:
+            merged = last.text + text
             if len(merged) <= piece:
-                self._events[-1] = ("text_delta", (step, merged))
+                self._events[-1] = TextDelta(step, merged)
                 return
         for at in range(0, len(text), piece):
-            self._add("text_delta", step, text[at : at + piece])
+            self._add(TextDelta(step, text[at : at + piece]))
 
     def reasoning_delta(self, step: int, text: str) -> None:
         pass  # streamed to a live caller only: reasoning is never journaled
 
     def tool_call_started(self, step: int, call_id: str, tool_name: str, arguments: str) -> None:
-        self._add("tool_call_started", step, call_id, tool_name, arguments)
+        self._add(ToolCallStarted(step, call_id, tool_name, arguments))
         self._settled(call_id)
 
     def tool_call_finished(self, step: int, outcome: ToolOutcome) -> None:
-        self._add("tool_call_finished", step, outcome)
+        self._add(ToolCallFinished(step, outcome))
         self._settled(outcome.call_id)
 
     def approval_required(
@@ -259,7 +269,7 @@ class Journal:
         destructive: bool,
         question: ToolQuestion | None = None,
     ) -> None:
-        self._add("approval_required", step, call_id, tool_name, arguments, destructive, question)
+        self._add(ApprovalRequired(step, call_id, tool_name, arguments, destructive, question))
         cap = self._settings.max_event_bytes // 4
         self._waiting[call_id] = PendingApproval(
             step=step,
@@ -287,13 +297,13 @@ class Journal:
         total: float | None,
         message: str,
     ) -> None:
-        self._add("tool_call_progress", step, call_id, tool_name, progress, total, message)
+        self._add(ToolCallProgress(step, call_id, tool_name, progress, total, message))
 
     def step_finished(self, step: int, stages: list[Stage], total: float) -> None:
-        self._add("step_finished", step, stages, total)
+        self._add(StepFinished(step, stages, total))
 
     def budget_exceeded(self, overrun: BudgetOverrun) -> None:
-        self._add("budget_exceeded", overrun)
+        self._add(BudgetExceeded(overrun))
 
     def backlog(self) -> Awaitable[None] | None:
         return None  # nobody reads it live: the store takes it at its own pace

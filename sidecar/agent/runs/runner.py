@@ -65,7 +65,16 @@ from sidecar.periodic import Periodic
 from sidecar.security.audit import AuditLog
 from sidecar.security.identity import Principal
 from sidecar.sessions.store import SessionStore
-from sidecar.types import CallbackStatus, RunOutcome, RunRecord, RunState, StopReason, Turn
+from sidecar.types import (
+    CallbackStatus,
+    RunOutcome,
+    RunRecord,
+    RunResumed,
+    RunStart,
+    RunState,
+    StopReason,
+    Turn,
+)
 
 __all__ = ["Runner"]
 
@@ -431,7 +440,6 @@ class Runner:
             active,
             turn,
             self._journal(active),
-            "run_started",
             turn.start(self._model_name),
         )
 
@@ -457,7 +465,7 @@ class Runner:
                 attempt=run.attempts,
             )
         journal = self._journal(active, verdict)
-        await self._run_turn(active, turn, journal, "run_resumed", verdict.step, run.attempts)
+        await self._run_turn(active, turn, journal, RunResumed(verdict.step, run.attempts))
 
     def _journal(self, active: _Active, verdict: Verdict | None = None) -> Journal:
         run = active.record
@@ -476,12 +484,12 @@ class Runner:
         return journal
 
     async def _run_turn(
-        self, active: _Active, turn: ClaimedTurn, journal: Journal, kind: str, *first: object
+        self, active: _Active, turn: ClaimedTurn, journal: Journal, first: RunStart | RunResumed
     ) -> None:
-        """Store the attempt's first event (``kind``), then run the claimed turn."""
+        """Store the attempt's first event, then run the claimed turn."""
         run = active.record
         try:
-            opened = await journal.open(kind, *first)
+            opened = await journal.open(first)
         except BaseException:
             await self._turns.abandon(turn, stored=False)
             await self._sessions.release_turn(run.session_key, run.run_id)
