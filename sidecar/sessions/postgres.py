@@ -25,7 +25,6 @@ one implicit transaction: the turn is all written or not written.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -34,8 +33,9 @@ from typing import Any
 
 import asyncpg
 
-from sidecar.errors import SessionBusy, SessionExists, SessionNotFound, SessionStoreError
+from sidecar.errors import SessionBusy, SessionExists, SessionNotFound
 from sidecar.periodic import Periodic
+from sidecar.sessions.postgres_db import PostgresDatabase
 from sidecar.sessions.postgres_runs import RUNS_SCHEMA, PostgresRunStore
 from sidecar.sessions.records import decode_labels, decode_turn, encode_labels, encode_turn
 from sidecar.sessions.store import interrupted_turn
@@ -44,8 +44,6 @@ from sidecar.types import Session, Turn
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-# Any constant works; it keeps replicas that start together from racing the DDL.
-_SCHEMA_LOCK = 0x5E5510
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS agent_schema (version integer NOT NULL);
@@ -176,21 +174,21 @@ class PostgresSessionStore:
         retention: float = 86_400.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.dsn = dsn
-        self._pool_size = pool_size
-        self._connect_timeout = connect_timeout
-        self.lease = lease
-        self.owner = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
-        self._stable_owner = replica_id is not None
+        self.db = PostgresDatabase(
+            dsn,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            lease=lease,
+            replica_id=replica_id,
+        )
+        """The database, shared with the run store beside it."""
+        self.dsn, self.lease, self.owner = dsn, lease, self.db.owner
         self._idle_ttl = idle_ttl
         self._clock = clock
-        self._pool: asyncpg.Pool | None = None
-        # Runs whose start records this process holds. Only these are renewed: a record
-        # whose turn could not be stored lapses, and is then reported as interrupted.
-        self._held: set[str] = set()
+        self._held = self.db.held
         self._heartbeat = Periodic("session-leases", lease / 3, self.renew_leases)
         self._sweeper = Periodic("session-sweep", sweep_interval, self.sweep)
-        self._runs = PostgresRunStore(self, retention=retention, clock=clock)
+        self._runs = PostgresRunStore(self.db, retention=retention, clock=clock)
 
     @property
     def runs(self) -> PostgresRunStore:
@@ -199,27 +197,14 @@ class PostgresSessionStore:
     @property
     def pool(self) -> asyncpg.Pool:
         """The connection pool, for other users of the same database (the result cache)."""
-        if self._pool is None:
-            raise SessionStoreError("the PostgreSQL session store is not open")
-        return self._pool
+        return self.db.pool
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
+        await self.db.open(_SCHEMA, SCHEMA_VERSION)
         try:
-            async with asyncio.timeout(self._connect_timeout):
-                self._pool = await asyncpg.create_pool(
-                    self.dsn, min_size=1, max_size=self._pool_size
-                )
-        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-            raise SessionStoreError(
-                f"cannot reach the PostgreSQL session store within "
-                f"{self._connect_timeout:g}s: {exc or type(exc).__name__}; check "
-                "sessions.postgres.dsn (or the variable named by sessions.postgres.dsn_env)"
-            ) from None
-        try:
-            await self._create_schema()
-            if self._stable_owner:
+            if self.db.stable_owner:
                 await self._interrupt_where("owner = $1", self.owner)
         except BaseException:
             await self.close()
@@ -227,26 +212,11 @@ class PostgresSessionStore:
         self._heartbeat.start()
         self._sweeper.start()
 
-    async def _create_schema(self) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-            await conn.execute(_SCHEMA)
-            version = await conn.fetchval("SELECT max(version) FROM agent_schema")
-            if version is None:
-                await conn.execute("INSERT INTO agent_schema VALUES ($1)", SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise SessionStoreError(
-                    f"the PostgreSQL session store was written by a newer sidecar "
-                    f"(schema {version}, this one knows {SCHEMA_VERSION})"
-                )
-
     async def close(self) -> None:
         await self._heartbeat.stop()
         await self._sweeper.stop()
         await self._runs.close()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        await self.db.close()
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -368,10 +338,6 @@ class PostgresSessionStore:
             run_id,
             self.owner,
         )
-
-    def forget_turn(self, run_id: str) -> None:
-        """The run's turn was stored by the run store: stop renewing its start record."""
-        self._held.discard(run_id)
 
     async def finish_turn(self, session_id: str, turn: Turn) -> None:
         data = encode_turn(turn)

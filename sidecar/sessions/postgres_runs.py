@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 import orjson
 
 from sidecar.errors import QuotaExceeded, RunQueueFull, SessionBusy, SessionNotFound
+from sidecar.sessions.postgres_db import PostgresDatabase
 from sidecar.sessions.records import encode_turn
 from sidecar.sessions.runs import (
     RunBounds,
@@ -35,9 +36,6 @@ from sidecar.sessions.runs import (
     encode_pending,
 )
 from sidecar.types import ACTIVE_STATES, CallbackStatus, RunRecord, RunState, Turn
-
-if TYPE_CHECKING:
-    from sidecar.sessions.postgres import PostgresSessionStore
 
 __all__ = ["CHANNEL", "RUNS_SCHEMA", "PostgresRunStore"]
 
@@ -184,7 +182,8 @@ class PostgresRunStore:
     """Background runs beside a :class:`~sidecar.sessions.postgres.PostgresSessionStore`.
 
     Args:
-        sessions: The session store whose pool, replica id and lease it uses.
+        database: The database the session store beside it uses (its pool, this
+            replica's name and lease, the start records it holds).
         retention: Seconds a finished run is kept.
         clock: Wall-clock time, seconds since the epoch.
     """
@@ -193,27 +192,27 @@ class PostgresRunStore:
 
     def __init__(
         self,
-        sessions: PostgresSessionStore,
+        database: PostgresDatabase,
         *,
         retention: float = 86_400.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._sessions = sessions
+        self._database = database
         self._retention = retention
         self._clock = clock
         self._listener: asyncpg.Connection | None = None
 
     @property
     def owner(self) -> str:
-        return self._sessions.owner
+        return self._database.owner
 
     @property
     def lease(self) -> float:
-        return self._sessions.lease
+        return self._database.lease
 
     @property
     def _pool(self) -> asyncpg.Pool:
-        return self._sessions.pool
+        return self._database.pool
 
     def _expired(self) -> float:
         return self._clock() - self._retention
@@ -225,7 +224,7 @@ class PostgresRunStore:
         new connection, after the last one dropped)."""
         if self._listener is not None and not self._listener.is_closed():
             return
-        connection = await asyncpg.connect(self._sessions.dsn)
+        connection = await asyncpg.connect(self._database.dsn)
 
         def deliver(_conn: object, _pid: int, _channel: str, payload: object) -> None:
             on_notice(str(payload))
@@ -330,7 +329,7 @@ class PostgresRunStore:
                     int(run.callback_status),
                     1 if owner else 0,
                     owner,
-                    self._sessions.lease,
+                    self._database.lease,
                     run.callback_shape,
                     run.callback_token,
                     run.callback_auth,
@@ -353,7 +352,7 @@ class PostgresRunStore:
             owner,
             limit,
             self._clock(),
-            self._sessions.lease,
+            self._database.lease,
             limit if callbacks is None else callbacks,
         )
         return sorted((_record(row) for row in rows), key=lambda r: r.ordinal)
@@ -447,7 +446,7 @@ class PostgresRunStore:
                         turn.run_id,
                         data,
                     )
-        self._sessions.forget_turn(run_id)
+        self._database.held.discard(run_id)  # stored: no longer renewed
         return True
 
     async def _finish(
@@ -491,7 +490,7 @@ class PostgresRunStore:
     async def renew(self, owner: str, run_ids: Collection[str]) -> Signals:
         if not run_ids:
             return Signals()
-        rows = await self._pool.fetch(_RENEW, owner, list(run_ids), self._sessions.lease)
+        rows = await self._pool.fetch(_RENEW, owner, list(run_ids), self._database.lease)
         held = {row["run_id"] for row in rows}
         decisions = []
         for row in rows:

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sidecar.errors import QuotaExceeded, RunQueueFull, SessionBusy, SessionNotFound
 from sidecar.sessions.records import encode_turn
@@ -23,11 +23,8 @@ from sidecar.sessions.runs import (
     decode_pending,
     encode_pending,
 )
-from sidecar.sessions.sqlite_db import transaction, upsert_turn
+from sidecar.sessions.sqlite_db import SqliteDatabase, transaction, upsert_turn
 from sidecar.types import ACTIVE_STATES, CallbackStatus, RunRecord, RunState, Turn
-
-if TYPE_CHECKING:
-    from sidecar.sessions.sqlite import SqliteSessionStore
 
 __all__ = ["ACTIVE", "RUNS_CALLBACK_SHAPE", "RUNS_SCHEMA", "SqliteRunStore"]
 
@@ -144,18 +141,18 @@ class SqliteRunStore:
 
     def __init__(
         self,
-        sessions: SqliteSessionStore,
+        database: SqliteDatabase,
         *,
         retention: float = 86_400.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.owner = f"process-{os.getpid()}"
-        self._sessions = sessions
+        self._database = database
         self._retention = retention
         self._clock = clock
 
     def _db(self) -> sqlite3.Connection:
-        return self._sessions.connection()
+        return self._database.connection()
 
     def _expired(self) -> float:
         return self._clock() - self._retention
@@ -163,7 +160,7 @@ class SqliteRunStore:
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, run_id: str) -> RunRecord | None:
-        return await self._sessions.execute(self._get_sync, run_id)
+        return await self._database.execute(self._get_sync, run_id)
 
     def _started_sync(self, principal: str, request_id: str) -> RunRecord | None:
         row = (
@@ -189,12 +186,12 @@ class SqliteRunStore:
         return _record(row) if row is not None else None
 
     async def page(self, session_key: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        return await self._sessions.execute(
+        return await self._database.execute(
             self._page_sync, "session_id", session_key, before, limit
         )
 
     async def page_of(self, principal: str, *, before: int | None, limit: int) -> list[RunRecord]:
-        return await self._sessions.execute(self._page_sync, "principal", principal, before, limit)
+        return await self._database.execute(self._page_sync, "principal", principal, before, limit)
 
     def _page_sync(
         self, column: str, value: str, before: int | None, limit: int
@@ -213,7 +210,7 @@ class SqliteRunStore:
         return [_record(row) for row in rows]
 
     async def events(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
-        return await self._sessions.execute(self._events_sync, run_id, after, limit)
+        return await self._database.execute(self._events_sync, run_id, after, limit)
 
     def _events_sync(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
         rows = (
@@ -232,7 +229,7 @@ class SqliteRunStore:
     async def submit(
         self, run: RunRecord, *, owner: str | None, bounds: RunBounds
     ) -> RunRecord | None:
-        stored = await self._sessions.execute_write(self._submit_sync, run, owner, bounds)
+        stored = await self._database.execute_write(self._submit_sync, run, owner, bounds)
         if isinstance(stored, RunRecord):
             return stored
         run.ordinal = stored
@@ -297,7 +294,7 @@ class SqliteRunStore:
 
     async def claim(self, owner: str, limit: int, callbacks: int | None = None) -> list[RunRecord]:
         calls = limit if callbacks is None else callbacks
-        return await self._sessions.execute_write(self._claim_sync, owner, limit, calls)
+        return await self._database.execute_write(self._claim_sync, owner, limit, calls)
 
     def _claim_sync(self, owner: str, limit: int, callbacks: int) -> list[RunRecord]:
         db = self._db()
@@ -357,7 +354,7 @@ class SqliteRunStore:
         )
 
     async def write(self, run_id: str, owner: str, attempt: int, change: RunChange) -> bool:
-        return await self._sessions.execute_write(self._write_sync, run_id, owner, attempt, change)
+        return await self._database.execute_write(self._write_sync, run_id, owner, attempt, change)
 
     def _write_sync(self, run_id: str, owner: str, attempt: int, change: RunChange) -> bool:
         db = self._db()
@@ -395,7 +392,7 @@ class SqliteRunStore:
         turn: Turn | None,
     ) -> bool:
         data = encode_turn(turn) if turn is not None else None
-        return await self._sessions.execute_write(
+        return await self._database.execute_write(
             self._finish_sync, run_id, owner, attempt, state, result, events, turn, data
         )
 
@@ -442,7 +439,7 @@ class SqliteRunStore:
     async def release(
         self, run_id: str, owner: str, attempt: int, *, not_before: float = 0.0
     ) -> None:
-        await self._sessions.execute_write(self._release_sync, run_id, owner, attempt, not_before)
+        await self._database.execute_write(self._release_sync, run_id, owner, attempt, not_before)
 
     def _release_sync(self, run_id: str, owner: str, attempt: int, not_before: float) -> None:
         self._db().execute(
@@ -454,7 +451,7 @@ class SqliteRunStore:
     async def renew(self, owner: str, run_ids: Collection[str]) -> Signals:
         if not run_ids:
             return Signals()
-        return await self._sessions.execute(self._renew_sync, owner, list(run_ids))
+        return await self._database.execute(self._renew_sync, owner, list(run_ids))
 
     def _renew_sync(self, owner: str, run_ids: list[str]) -> Signals:
         # One process: nobody else writes its runs, but a run may have gone with its
@@ -478,7 +475,7 @@ class SqliteRunStore:
     # -- others' requests -------------------------------------------------------------
 
     async def request_cancel(self, run_id: str) -> None:
-        await self._sessions.execute_write(
+        await self._database.execute_write(
             lambda: self._db().execute(
                 f"UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND state IN {ACTIVE}",
                 (run_id,),
@@ -497,7 +494,7 @@ class SqliteRunStore:
         after_end: bool = False,
     ) -> bool:
         status = int(CallbackStatus.PENDING if url else CallbackStatus.NONE)
-        cursor = await self._sessions.execute_write(
+        cursor = await self._database.execute_write(
             lambda: self._db().execute(
                 "UPDATE runs SET callback_url = ?, callback_shape = ?, callback_token = ?,"
                 " callback_auth = ?, callback_id = ?,"
@@ -522,7 +519,7 @@ class SqliteRunStore:
         return bool(cursor.rowcount)
 
     async def cancel_submitted(self, run_id: str, *, result: bytes, event: bytes) -> bool:
-        return await self._sessions.execute_write(
+        return await self._database.execute_write(
             self._cancel_submitted_sync, run_id, result, event
         )
 
@@ -551,7 +548,7 @@ class SqliteRunStore:
         attempts: int,
         not_before: float = 0.0,
     ) -> None:
-        await self._sessions.execute_write(
+        await self._database.execute_write(
             lambda: self._db().execute(
                 "UPDATE runs SET callback_status = ?, callback_attempts = ?, owner = NULL,"
                 " not_before = ? WHERE run_id = ? AND owner = ?",
@@ -563,7 +560,7 @@ class SqliteRunStore:
         return None  # one process: nobody else writes
 
     async def sweep(self) -> int:
-        return await self._sessions.execute_write(self._sweep_sync)
+        return await self._database.execute_write(self._sweep_sync)
 
     def _sweep_sync(self) -> int:
         cursor = self._db().execute(
