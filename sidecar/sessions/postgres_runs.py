@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from sidecar.errors import QuotaExceeded, RunQueueFull, SessionBusy, SessionNotFound
+from sidecar.errors import SessionBusy, SessionNotFound
 from sidecar.sessions.postgres_db import PostgresDatabase
 from sidecar.sessions.records import encode_turn
 from sidecar.sessions.runs import (
@@ -299,14 +299,12 @@ class PostgresRunStore:
             active = f"SELECT count(*) FROM agent_runs WHERE state IN {_ACTIVE}"
             if await conn.fetchval(f"{active} AND session_id = $1", run.session_key):
                 raise SessionBusy(run.session_key)
-            if await conn.fetchval(active) >= bounds.total:
-                raise RunQueueFull(bounds.total)
-            if bounds.principal is not None:
-                mine = await conn.fetchval(f"{active} AND principal = $1", run.principal)
-                if mine >= bounds.principal:
-                    raise QuotaExceeded(
-                        run.principal, "background_runs", bounds.principal, retry_after=5.0
-                    )
+            mine = (
+                await conn.fetchval(f"{active} AND principal = $1", run.principal)
+                if bounds.principal is not None
+                else None
+            )
+            bounds.admit(run.principal, await conn.fetchval(active), mine)
             try:
                 run.ordinal = await conn.fetchval(
                     "INSERT INTO agent_runs (run_id, session_id, principal, input, structured,"

@@ -64,6 +64,20 @@ class RunBounds:
     principal: int | None = None
     """Of the run's principal; None: no bound of its own."""
 
+    def admit(self, principal: str, active: int, mine: int | None) -> None:
+        """The rule every store applies to one more run of ``principal``, given the
+        ``active`` runs and the principal's own (``mine``: counted only when
+        :attr:`principal` is set).
+
+        Raises:
+            RunQueueFull: the store holds ``total`` active runs.
+            QuotaExceeded: the principal holds its bound (``quota.background_runs``).
+        """
+        if active >= self.total:
+            raise RunQueueFull(self.total)
+        if self.principal is not None and mine is not None and mine >= self.principal:
+            raise QuotaExceeded(principal, "background_runs", self.principal, retry_after=5.0)
+
 
 @dataclass(slots=True, kw_only=True)
 class RunChange:
@@ -360,11 +374,12 @@ class MemoryRunStore:
         active = self._active()
         if any(r.session_key == run.session_key for r in active):
             raise SessionBusy(run.session_key)
-        if len(active) >= bounds.total:
-            raise RunQueueFull(bounds.total)
-        if bounds.principal is not None:
-            if sum(1 for r in active if r.principal == run.principal) >= bounds.principal:
-                raise _principal_full(run.principal, bounds.principal)
+        mine = (
+            sum(1 for r in active if r.principal == run.principal)
+            if bounds.principal is not None
+            else None
+        )
+        bounds.admit(run.principal, len(active), mine)
         self._ordinal += 1
         # The caller's record is the one its owner runs: it names the attempt its writes
         # are fenced by, as the SQL stores' submit does.
@@ -586,7 +601,3 @@ class _TurnKeeper(Protocol):
     def has(self, session_key: str) -> bool: ...
 
     async def finish_turn(self, session_id: str, turn: Turn) -> None: ...
-
-
-def _principal_full(principal: str, limit: int) -> QuotaExceeded:
-    return QuotaExceeded(principal, "background_runs", limit, retry_after=5.0)

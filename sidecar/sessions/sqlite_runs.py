@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sidecar.errors import QuotaExceeded, RunQueueFull, SessionBusy, SessionNotFound
+from sidecar.errors import SessionBusy, SessionNotFound
 from sidecar.sessions.records import encode_turn
 from sidecar.sessions.runs import (
     RunBounds,
@@ -250,14 +250,12 @@ class SqliteRunStore:
             active = f"SELECT count(*) FROM runs WHERE state IN {ACTIVE}"
             if db.execute(f"{active} AND session_id = ?", (run.session_key,)).fetchone()[0]:
                 raise SessionBusy(run.session_key)
-            if db.execute(active).fetchone()[0] >= bounds.total:
-                raise RunQueueFull(bounds.total)
-            if bounds.principal is not None:
-                mine = db.execute(f"{active} AND principal = ?", (run.principal,)).fetchone()[0]
-                if mine >= bounds.principal:
-                    raise QuotaExceeded(
-                        run.principal, "background_runs", bounds.principal, retry_after=5.0
-                    )
+            mine = (
+                db.execute(f"{active} AND principal = ?", (run.principal,)).fetchone()[0]
+                if bounds.principal is not None
+                else None
+            )
+            bounds.admit(run.principal, db.execute(active).fetchone()[0], mine)
             try:
                 cursor = db.execute(
                     "INSERT INTO runs (run_id, session_id, principal, input, structured, state,"
