@@ -133,15 +133,22 @@ async def _completes(client: AgentClient) -> bool:
     return (await _burst(client, 1)).completed == 1
 
 
-async def _burst(client: AgentClient, runs: int) -> Tally:
-    """``runs`` concurrent runs, each in a new session, half of them streamed."""
+async def _burst(client: AgentClient, runs: int, text: str | None = None) -> Tally:
+    """``runs`` concurrent runs, each in a new session, half of them streamed; of the
+    tool-calling prompt, or of ``text`` (which calls no tool; each run's is numbered, so
+    the simulator sees as many conversations)."""
     sessions = [await client.create_session() for _ in range(runs)]
-    outcomes = await asyncio.gather(
-        *(
-            drive_turn(client.stub, s.session_id, stream=i % 2 == 0, timeout=30)
-            for i, s in enumerate(sessions)
+
+    def turn(i: int, session_id: str) -> Any:
+        stream = i % 2 == 0
+        if text is None:
+            return drive_turn(client.stub, session_id, stream=stream, timeout=30)
+        asked = f"{text} (run {i})"
+        return drive_turn(
+            client.stub, session_id, asked, stream=stream, timeout=30, expect_tools=False
         )
-    )
+
+    outcomes = await asyncio.gather(*(turn(i, s.session_id) for i, s in enumerate(sessions)))
     tally = Tally()
     for attempt in outcomes:
         tally.add(attempt.outcome)
@@ -221,11 +228,13 @@ async def test_a_failed_model_request_is_retried_and_a_run_out_of_retries_names_
 ) -> None:
     spec, code = MODEL_FAULTS[fault]
     control = SimControl(sim.address)
-    # Every run's first request fails, and its retry succeeds. A hung request is
-    # abandoned after the model timeout, then retried.
-    await control.faults({**spec, "times": BURST})
-    tally = await _burst(client, BURST)
+    # Every run's first request fails, and its retry succeeds (the simulator's scenario
+    # fails each conversation's first request, however the runs interleave). A hung
+    # request is abandoned after the model timeout, then retried.
+    before = (await control.stats())["requests"]
+    tally = await _burst(client, BURST, f"first request fails: {fault}")
     assert tally.completed == BURST, tally.summary()
+    assert (await control.stats())["requests"] - before == 2 * BURST
 
     # Every request of every run fails: each run ends with the fault's error code.
     await control.faults({**spec, "times": BURST * MODEL_ATTEMPTS})
