@@ -277,25 +277,7 @@ class VariantControl:
         ]
 
     def _view(self, name: str, router: VariantRouter, profile: ProfileConfig) -> ProfileView:
-        variants = []
-        for variant in router.variants.values():
-            runs, failed, p50, p95 = variant.figures()
-            variants.append(
-                VariantView(
-                    name=variant.name,
-                    stable=variant is router.stable,
-                    configured_weight=variant.configured_weight,
-                    weight=variant.weight,
-                    session_share=router.share(variant),
-                    in_rotation=variant.in_rotation,
-                    rolled_back=variant.out,
-                    shadow=variant.shadow,
-                    runs=runs,
-                    failed_runs=failed,
-                    p50=p50,
-                    p95=p95,
-                )
-            )
+        variants = [_variant_view(router, v) for v in router.variants.values()]
         return ProfileView(name, variants, self._in_force(name, profile), router.window)
 
     # -- what operators do ---------------------------------------------------------------
@@ -503,6 +485,24 @@ _SHADOW = (
     "a shadow variant takes no sessions whatever its weight; it becomes a canary when its "
     "shadow key is removed from the configuration"
 )
+
+
+def _variant_view(router: VariantRouter, variant: Variant) -> VariantView:
+    runs, failed, p50, p95 = variant.figures()
+    return VariantView(
+        name=variant.name,
+        stable=variant is router.stable,
+        configured_weight=variant.configured_weight,
+        weight=variant.weight,
+        session_share=router.share(variant),
+        in_rotation=variant.in_rotation,
+        rolled_back=variant.out,
+        shadow=variant.shadow,
+        runs=runs,
+        failed_runs=failed,
+        p50=p50,
+        p95=p95,
+    )
 
 
 def _named(router: VariantRouter) -> bool:
