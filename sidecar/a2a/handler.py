@@ -47,7 +47,6 @@ from a2a.utils.errors import (
 from google.protobuf import json_format
 
 from agentsidecar.addresses import is_loopback
-from agentsidecar.v1 import agent_pb2
 from sidecar.a2a.errors import to_a2a
 from sidecar.a2a.tasks import EventReader, task_of
 from sidecar.agent.agent import Agent
@@ -428,11 +427,7 @@ class TaskHandler(RequestHandler):
             return run
         if run.state is RunState.INPUT_REQUIRED and len(run.pending) > 0:
             return run
-        async for data in self._runs.watch(principal, run.run_id, run.last_sequence):
-            kind = agent_pb2.StreamRunResponse.FromString(data).WhichOneof("event")
-            if kind in ("approval_required", "run_finished"):
-                break
-        return await self._runs.get(principal, run.run_id)
+        return await self._runs.settled(principal, run.run_id, run.last_sequence)
 
     @validate_request_params
     @_answers

@@ -390,6 +390,29 @@ class BackgroundRuns:
                     async with asyncio.timeout(self.settings.poll_interval):
                         await changed.wait()
 
+    async def settled(self, principal: Principal, run_id: str, after: int) -> RunRecord:
+        """The run once it has finished, or waits for a decision it asked for after
+        sequence ``after`` (what a caller that blocks on a run returns: A2A's
+        ``SendMessage``). Read from the stored state as each write is announced; no event
+        is parsed.
+
+        Raises:
+            InvalidRequest, RunNotFound: as :meth:`get`.
+        """
+        await self.get(principal, run_id)
+        with self.feed.subscribe(run_id) as changed:
+            while True:
+                changed.clear()
+                run = await self._store.get(run_id)
+                if run is None:
+                    raise RunNotFound(run_id)
+                asks = run.state is RunState.INPUT_REQUIRED and bool(run.pending)
+                if run.state.finished or (asks and run.last_sequence > after):
+                    return await self.get(principal, run_id)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.poll_interval):
+                        await changed.wait()
+
     # -- cancel -----------------------------------------------------------------------
 
     async def cancel(self, principal: Principal, run_id: str) -> RunRecord:
